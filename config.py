@@ -1,0 +1,461 @@
+"""Typed, frozen configuration: one dataclass per concern, presets, and ``--set`` overrides.
+
+Every field carries a one-line docstring (the string literal under it); ``field_docs`` reads
+them so the command line can list every key with its meaning.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from utils.errors import ConfigError
+
+FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
+DeviceName = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = ""
+    """Price file (CSV or Parquet, wide or long); empty means the bundled 20-stock data set."""
+    tickers: tuple[str, ...] = ()
+    """Tickers to keep, in this order; empty keeps every ticker in the file."""
+    start: str = ""
+    """First date to use (YYYY-MM-DD); empty means the file's first date."""
+    end: str = ""
+    """Last date to use (YYYY-MM-DD); empty means the file's last date."""
+    max_fill_days: int = 5
+    """Longest run of missing days inside a ticker that is forward-filled; a longer gap is an error."""
+    validation_days: int = 252
+    """Trading days of the validation range (walk-forward, right after the training range)."""
+    holdout_days: int = 252
+    """Trading days of the holdout range (the last days of the data, untouched by training)."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_fill_days >= 0, "data.max_fill_days", "must be >= 0")
+        _require(self.validation_days >= 1, "data.validation_days", "must be >= 1")
+        _require(self.holdout_days >= 1, "data.holdout_days", "must be >= 1")
+        for key in ("start", "end"):
+            value = getattr(self, key)
+            if value:
+                _require(_is_iso_date(value), f"data.{key}", f"expects a date YYYY-MM-DD, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    lookback: int = 32
+    """Days of features in one observation window (L)."""
+    episode_days: int = 63
+    """Steps (trading days) in one episode window; its end is a truncation, not a termination."""
+    cost_rate: float = 0.0005
+    """Transaction cost per unit of turnover (0.0005 = 5 basis points of the traded value)."""
+
+    def __post_init__(self) -> None:
+        _require(self.lookback >= 1, "env.lookback", "must be >= 1")
+        _require(self.episode_days >= 2, "env.episode_days", "must be >= 2")
+        _require(0.0 <= self.cost_rate < 1.0, "env.cost_rate", "must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    encoder_hidden: int = 64
+    """Width of the per-asset encoder over one asset's (lookback, features) window."""
+    embedding: int = 32
+    """Size of the per-asset embedding the encoder produces."""
+    head_hidden: int = 64
+    """Width of the actor and critic heads on top of the embeddings."""
+
+    def __post_init__(self) -> None:
+        for key in ("encoder_hidden", "embedding", "head_hidden"):
+            _require(getattr(self, key) >= 1, f"model.{key}", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class DDPGConfig:
+    gamma: float = 0.99
+    """Discount factor of the critic's TD target."""
+    tau: float = 0.005
+    """Polyak coefficient: target <- target + tau * (online - target) after every update."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actors."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critics."""
+    batch_size: int = 128
+    """Transitions per agent per update."""
+    updates_per_generation: int = 32
+    """Gradient updates of every agent in each generation."""
+    buffer_size: int = 200_000
+    """Capacity of the shared replay ring, in transitions."""
+    learning_starts: int = 2_000
+    """Transitions in the buffer before the first update."""
+    exploration_min: float = 0.1
+    """Smallest per-agent exploration stdev (Gaussian noise on the actor's logits)."""
+    exploration_max: float = 1.0
+    """Largest per-agent exploration stdev; slots get log-spaced values between the two."""
+    max_grad_norm: float = 1.0
+    """Per-agent gradient-norm clip for actor and critic; 0 disables clipping."""
+
+    def __post_init__(self) -> None:
+        _require(0.0 <= self.gamma <= 1.0, "ddpg.gamma", "must be in [0, 1]")
+        _require(0.0 < self.tau <= 1.0, "ddpg.tau", "must be in (0, 1]")
+        _require(self.actor_lr > 0 and self.critic_lr > 0, "ddpg.actor_lr/critic_lr", "must be > 0")
+        _require(self.batch_size >= 1, "ddpg.batch_size", "must be >= 1")
+        _require(self.updates_per_generation >= 0, "ddpg.updates_per_generation", "must be >= 0")
+        _require(self.buffer_size >= 1, "ddpg.buffer_size", "must be >= 1")
+        _require(self.learning_starts >= 0, "ddpg.learning_starts", "must be >= 0")
+        _require(
+            0.0 <= self.exploration_min <= self.exploration_max,
+            "ddpg.exploration_min",
+            "must be in [0, exploration_max]",
+        )
+        _require(self.max_grad_norm >= 0, "ddpg.max_grad_norm", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    popsize: int = 16
+    """Agents in the population (P)."""
+    elites: int = 2
+    """Best agents copied unchanged into the next generation."""
+    tournament_size: int = 3
+    """Agents drawn for each tournament; the fittest of them becomes a parent."""
+    crossover_prob: float = 0.3
+    """Chance that an offspring blends two parents instead of copying one."""
+    mutation_prob: float = 0.8
+    """Chance that an offspring's actor is mutated."""
+    mutation_fraction: float = 0.1
+    """Fraction of actor parameters that one mutation perturbs."""
+    mutation_stdev: float = 0.02
+    """Stdev of the Gaussian noise added to each perturbed parameter."""
+    fitness: FitnessName = "mean_log_return"
+    """How episode returns become one fitness: mean log return, Sharpe of episode returns, or worst-k mean."""
+    worst_k: int = 4
+    """Episodes averaged by the worst_k fitness."""
+
+    def __post_init__(self) -> None:
+        _require(self.popsize >= 2, "evolution.popsize", "must be >= 2")
+        _require(0 <= self.elites < self.popsize, "evolution.elites", "must be in [0, popsize)")
+        _require(1 <= self.tournament_size <= self.popsize, "evolution.tournament_size", "must be in [1, popsize]")
+        for key in ("crossover_prob", "mutation_prob", "mutation_fraction"):
+            _require(0.0 <= getattr(self, key) <= 1.0, f"evolution.{key}", "must be in [0, 1]")
+        _require(self.mutation_stdev >= 0, "evolution.mutation_stdev", "must be >= 0")
+        _require(self.worst_k >= 1, "evolution.worst_k", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    episodes: int = 16
+    """Episode windows every agent runs in lockstep each generation (E)."""
+    exploring_episodes: int = 8
+    """Of those, episodes run with exploration noise; the rest are noise-free and give the fitness."""
+
+    def __post_init__(self) -> None:
+        _require(self.episodes >= 1, "evaluation.episodes", "must be >= 1")
+        _require(
+            0 <= self.exploring_episodes <= self.episodes,
+            "evaluation.exploring_episodes",
+            "must be in [0, episodes]",
+        )
+
+    @property
+    def fitness_episodes(self) -> int:
+        """Episodes whose returns make the fitness: the noise-free ones, or all if every episode explores."""
+        return self.episodes - self.exploring_episodes or self.episodes
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    uri: str = "runs"
+    """Where runs live: a local folder or gs://bucket/prefix; each run is URI/RUN_NAME."""
+    run_name: str = ""
+    """Name of this run's folder; empty means a timestamp."""
+    local_dir: str = "runs"
+    """Local write-ahead copy of runs whose location is gs://."""
+    keep_last: int = 3
+    """Complete generations kept; older ones are deleted (the champion's generation is always kept)."""
+
+    def __post_init__(self) -> None:
+        _require(self.keep_last >= 1, "checkpoint.keep_last", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    seed: int = 0
+    """Seed of every random generator in the run."""
+    device: DeviceName = "auto"
+    """Training device: cuda when available with auto."""
+    generations: int = 40
+    """Generations to train; with --resume, the total the run should reach."""
+    progress: bool = True
+    """Show a progress bar over generations."""
+
+    def __post_init__(self) -> None:
+        _require(self.generations >= 1, "runtime.generations", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    """Market data and splits."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Trading environment."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Actor and critic networks."""
+    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
+    """Gradient training of every agent."""
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    """Genetic algorithm over the population."""
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """Rollouts that fill the buffer and measure fitness."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Run folders and retention."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Seed, device, length of the run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        """Rebuild a config from ``to_dict`` output (a checkpoint's config.json), checking every key."""
+        if not isinstance(values, dict):
+            raise ConfigError("config must be a JSON object")
+        sections = {}
+        for section in dataclasses.fields(cls):
+            raw = values.get(section.name, {})
+            if not isinstance(raw, dict):
+                raise ConfigError(f"config section {section.name!r} must be an object")
+            section_cls = _section_types()[section.name]
+            known = {f.name for f in dataclasses.fields(section_cls)}
+            unknown = sorted(set(raw) - known)
+            if unknown:
+                raise ConfigError(f"unknown config key {section.name}.{unknown[0]}")
+            kwargs = {k: _coerce(f"{section.name}.{k}", _field_types(section_cls)[k], v) for k, v in raw.items()}
+            sections[section.name] = _construct(section_cls, kwargs)
+        unknown = sorted(set(values) - set(sections))
+        if unknown:
+            raise ConfigError(f"unknown config section {unknown[0]!r}")
+        return cls(**sections)
+
+
+def _smoke() -> Config:
+    """Seconds on a laptop CPU: proves the whole path runs, learns nothing worth keeping."""
+    return override(
+        Config(),
+        {
+            "data.tickers": ("AAPL", "JNJ", "KO", "MSFT", "XOM", "WMT"),
+            "data.start": "2012-01-01",
+            "data.validation_days": 126,
+            "data.holdout_days": 126,
+            "env.lookback": 16,
+            "env.episode_days": 21,
+            "model.encoder_hidden": 16,
+            "model.embedding": 8,
+            "model.head_hidden": 16,
+            "ddpg.batch_size": 32,
+            "ddpg.updates_per_generation": 4,
+            "ddpg.buffer_size": 20_000,
+            "ddpg.learning_starts": 256,
+            "evolution.popsize": 4,
+            "evolution.elites": 1,
+            "evolution.tournament_size": 2,
+            "evaluation.episodes": 4,
+            "evaluation.exploring_episodes": 2,
+            "runtime.generations": 3,
+        },
+    )
+
+
+def _default() -> Config:
+    """A real learning run on the bundled 20 stocks that fits in minutes on a 2-core CPU."""
+    return Config()
+
+
+def _paper() -> Config:
+    """GPU-pod scale: a year of lookback, every asset, a million-transition buffer."""
+    return override(
+        Config(),
+        {
+            "env.lookback": 252,
+            "env.episode_days": 126,
+            "model.encoder_hidden": 256,
+            "model.embedding": 64,
+            "model.head_hidden": 256,
+            "ddpg.batch_size": 256,
+            "ddpg.updates_per_generation": 256,
+            "ddpg.buffer_size": 1_000_000,
+            "ddpg.learning_starts": 20_000,
+            "evolution.popsize": 32,
+            "evolution.elites": 4,
+            "evaluation.episodes": 64,
+            "evaluation.exploring_episodes": 32,
+            "runtime.generations": 200,
+        },
+    )
+
+
+PRESETS: dict[str, typing.Callable[[], Config]] = {"smoke": _smoke, "default": _default, "paper": _paper}
+
+
+def preset(name: str) -> Config:
+    """The named preset, or a ConfigError listing the known ones."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})")
+    return PRESETS[name]()
+
+
+def override(config: Config, values: dict[str, Any]) -> Config:
+    """A copy of ``config`` with dotted keys replaced; values may be strings (from ``--set``) or typed."""
+    sections = {s.name: {} for s in dataclasses.fields(Config)}
+    for key, value in values.items():
+        section_name, _, name = key.partition(".")
+        if section_name not in sections or not name:
+            raise ConfigError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
+        section_cls = _section_types()[section_name]
+        types_ = _field_types(section_cls)
+        if name not in types_:
+            raise ConfigError(f"unknown config key {key!r} (keys of {section_name}: {', '.join(types_)})")
+        sections[section_name][name] = _coerce(key, types_[name], value)
+    replaced = {
+        name: _construct(type(getattr(config, name)), {**dataclasses.asdict(getattr(config, name)), **changes})
+        for name, changes in sections.items()
+        if changes
+    }
+    return dataclasses.replace(config, **replaced)
+
+
+def parse_assignments(assignments: list[str]) -> dict[str, str]:
+    """``["ddpg.tau=0.01", ...]`` as a dict; a malformed item is a ConfigError."""
+    parsed: dict[str, str] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def field_docs() -> dict[str, str]:
+    """Every dotted key with its one-line docstring, for ``--help``."""
+    docs = {}
+    for section in dataclasses.fields(Config):
+        section_cls = _section_types()[section.name]
+        for name, doc in _docstrings(section_cls).items():
+            docs[f"{section.name}.{name}"] = doc
+    return docs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"config {key} {message}")
+
+
+def _is_iso_date(value: str) -> bool:
+    import datetime
+
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _section_types() -> dict[str, type]:
+    return {name: hint for name, hint in typing.get_type_hints(Config).items()}
+
+
+def _field_types(section_cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(section_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
+
+
+def _construct(section_cls: type, kwargs: dict[str, Any]) -> Any:
+    try:
+        return section_cls(**kwargs)
+    except TypeError as error:  # a missing or unexpected argument: report it as a config problem
+        raise ConfigError(f"config section {section_cls.__name__}: {error}") from None
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + "|".join(str(a) for a in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        return "comma-separated list of str"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    """Convert ``value`` (a string from the command line, or a JSON value) to the field's type."""
+    expected = _type_name(hint)
+    origin = typing.get_origin(hint)
+    try:
+        if origin is Literal:
+            if value not in typing.get_args(hint):
+                raise ValueError
+            return value
+        if origin is tuple:
+            if isinstance(value, str):
+                return tuple(item.strip() for item in value.split(",") if item.strip())
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise ValueError
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
+                return value.lower() in ("true", "1", "yes")
+            raise ValueError
+        if hint is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str):
+                return int(value.replace("_", ""))
+            raise ValueError
+        if hint is float:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value) if isinstance(value, (int, float, str)) else math.nan
+            if not math.isfinite(number):
+                raise ValueError
+            return number
+        if hint is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except ValueError:
+        pass
+    raise ConfigError(f"config key {key} expects {expected}, got {value!r}")
+
+
+def _docstrings(cls: type) -> dict[str, str]:
+    """Field docstrings: the string literal right after each annotated assignment in the class body."""
+    source = inspect.getsource(cls)
+    tree = ast.parse(source)
+    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, following in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = following.value.value.strip()
+    return docs

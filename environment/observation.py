@@ -1,0 +1,58 @@
+"""Observation windows, rebuilt from the one feature tensor whenever they are needed.
+
+Nothing stores observations: a window is identified by its decision day, and this module gathers
+``features[t - L + 1 : t + 1]`` on demand. The gather reads a strided view of ``features`` (no
+copy) and writes into a caller-owned buffer, so a steady-state step allocates nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class WindowGatherer:
+    """Gathers (N, L, K) lookback windows for batches of decision days.
+
+    Args:
+        features: (T, N, K) contiguous feature tensor (read, never written).
+        lookback: L, days per window.
+    """
+
+    def __init__(self, features: torch.Tensor, lookback: int) -> None:
+        if not features.is_contiguous():
+            raise ValueError("features must be contiguous")
+        num_days, num_assets, num_features = features.shape
+        if lookback > num_days:
+            raise ValueError(f"lookback {lookback} exceeds the {num_days} days of features")
+        self.lookback = lookback
+        self.num_assets = num_assets
+        self.num_features = num_features
+        # (T - L + 1, N, L, K): row s is features[s : s + L] with assets first; a view, no copy.
+        stride_day, stride_asset, stride_feature = features.stride()
+        self._windows = features.as_strided(
+            (num_days - lookback + 1, num_assets, lookback, num_features),
+            (stride_day, stride_asset, stride_day, stride_feature),
+        )
+
+    @property
+    def window_size(self) -> int:
+        """Values per asset in one window: L * K."""
+        return self.lookback * self.num_features
+
+    def empty(self, *shape: int, device: torch.device | None = None) -> torch.Tensor:
+        """A buffer for ``gather``: (*shape, N, L * K)."""
+        device = device or self._windows.device
+        return torch.empty(*shape, self.num_assets, self.window_size, device=device)
+
+    def gather(self, days: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Windows ending at ``days`` (inclusive): (*days.shape, N, L * K).
+
+        Args:
+            days: integer decision days, each >= L - 1.
+            out: optional buffer from ``empty(*days.shape)``, overwritten and returned.
+        """
+        if out is None:
+            out = self.empty(*days.shape)
+        flat = out.view(-1, self.num_assets, self.lookback, self.num_features)
+        torch.index_select(self._windows, 0, (days.reshape(-1) - (self.lookback - 1)).long(), out=flat)
+        return out

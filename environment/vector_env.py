@@ -1,0 +1,137 @@
+"""P agents x E episodes stepping in lockstep: the environment the trainer runs.
+
+Every agent runs the same E episode windows (common random numbers: fitness differences come from
+the policies, not from luck of the draw). All state lives in arrays allocated here once; ``reset``
+overwrites them with new start days.
+
+Spaces, per agent and episode (see ``kernel`` for the step arithmetic):
+
+* observation: the lookback window of features ending at the decision day, (N, L * K), shared by
+  all agents, plus the agent's current weights, (N + 1,), cash first.
+* action: target weights on the simplex, (N + 1,).
+* reward: log of the portfolio's net growth over the day.
+* episode end: after ``episode_days`` steps the window ends; that is a truncation (the market goes
+  on, so targets bootstrap through it). Nothing terminates an episode: a long-only portfolio with
+  costs below 100% cannot be ruined.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from environment.kernel import portfolio_step, with_cash
+from environment.market import Market
+from environment.observation import WindowGatherer
+
+
+class Observation(NamedTuple):
+    windows: torch.Tensor
+    """(E, N, L * K) feature windows, shared by all agents."""
+    weights: torch.Tensor
+    """(P, E, N + 1) current portfolio weights, cash first."""
+
+
+class Step(NamedTuple):
+    days: torch.Tensor
+    """(E,) decision day of the step."""
+    weights: torch.Tensor
+    """(P, E, N + 1) weights the agents saw."""
+    actions: torch.Tensor
+    """(P, E, N + 1) target weights they chose."""
+    rewards: torch.Tensor
+    """(P, E) log net growth."""
+    next_weights: torch.Tensor
+    """(P, E, N + 1) weights after prices moved."""
+    truncated: bool
+    """True on the last step of the window."""
+
+
+def episode_starts(split: range, *, lookback: int, episode_days: int) -> range:
+    """Decision days on which an episode of ``episode_days`` steps can start inside ``split``.
+
+    A window's decisions earn returns of days ``start + 1 .. start + episode_days``, all inside
+    ``split``, and its first lookback window must be complete.
+    """
+    first = max(split.start - 1, lookback - 1)
+    last = split.stop - 1 - episode_days
+    return range(first, max(first, last + 1))
+
+
+def walk_forward_starts(split: range, *, lookback: int, episode_days: int) -> list[int]:
+    """Consecutive, non-overlapping windows covering ``split`` from its start (validation, holdout)."""
+    starts = episode_starts(split, lookback=lookback, episode_days=episode_days)
+    return list(range(starts.start, starts.stop, episode_days))
+
+
+class VectorPortfolioEnv:
+    """P agents x E episodes of ``episode_days`` steps each, in lockstep, on ``market``'s device."""
+
+    def __init__(
+        self,
+        market: Market,
+        *,
+        num_agents: int,
+        num_episodes: int,
+        episode_days: int,
+        lookback: int,
+        cost_rate: float,
+    ) -> None:
+        self.market = market
+        self.num_agents = num_agents
+        self.num_episodes = num_episodes
+        self.episode_days = episode_days
+        self.cost_rate = cost_rate
+        self.gatherer = WindowGatherer(market.features, lookback)
+        device = market.device
+        n = market.num_assets
+        # Everything the environment holds, allocated once.
+        self._windows = self.gatherer.empty(num_episodes, device=device)  # (E, N, L * K)
+        self._weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1)
+        self._days = torch.zeros(num_episodes, dtype=torch.long, device=device)  # (E,)
+        self._step = 0
+        self.rewards_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
+        self.turnover_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
+
+    @property
+    def step_index(self) -> int:
+        return self._step
+
+    def reset(self, start_days: torch.Tensor) -> Observation:
+        """Start every episode in cash at its decision day ``start_days[e]``."""
+        if start_days.shape != (self.num_episodes,):
+            raise ValueError(f"expected {self.num_episodes} start days, got shape {tuple(start_days.shape)}")
+        self._days.copy_(start_days)
+        self._weights.zero_()
+        self._weights[..., 0] = 1.0
+        self._step = 0
+        self.rewards_per_episode.zero_()
+        self.turnover_per_episode.zero_()
+        return self.observe()
+
+    def observe(self) -> Observation:
+        self.gatherer.gather(self._days, out=self._windows)
+        return Observation(self._windows, self._weights)
+
+    def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
+        """Apply target weights (P, E, N + 1); returns the transition and the next observation
+        (None once the window is truncated)."""
+        if self._step >= self.episode_days:
+            raise RuntimeError("episode window is over; call reset()")
+        relatives = with_cash(self.market.relatives[self._days + 1])  # (E, N + 1)
+        result = portfolio_step(self._weights, actions, relatives, cost_rate=self.cost_rate)
+        self.rewards_per_episode[:, :, self._step] = result.rewards
+        self.turnover_per_episode[:, :, self._step] = result.turnover
+        step = Step(
+            days=self._days.clone(),
+            weights=self._weights.clone(),
+            actions=actions,
+            rewards=result.rewards,
+            next_weights=result.next_weights,
+            truncated=self._step == self.episode_days - 1,
+        )
+        self._weights.copy_(result.next_weights)
+        self._days += 1
+        self._step += 1
+        return step, (None if step.truncated else self.observe())

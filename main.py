@@ -1,0 +1,102 @@
+"""Command line of the ERL + DDPG trading trainer.
+
+    python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
+    python main.py --resume [--generations N]                                     continue the latest run
+
+Bad input (flags, config, data, checkpoints) ends with a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, NoReturn
+
+import config as config_module
+from utils.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise InputError(f"{message} (see python main.py --help)")
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    keys = "\n".join(f"  {key:<34} {doc}" for key, doc in config_module.field_docs().items())
+    parser = _Parser(
+        prog="python main.py",
+        description="Evolve a population of DDPG trading agents on daily market data.",
+        epilog=f"config keys for --set:\n{keys}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
+    parser.add_argument("--seed", type=int, help="seed of every random stream")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="training device")
+    parser.add_argument("--generations", type=int, help="generations to train (with --resume: the new total)")
+    parser.add_argument("--population", type=int, help="agents in the population")
+    parser.add_argument(
+        "--checkpoint-uri", help="where runs live: a folder or gs://bucket/prefix (env ERL_CHECKPOINT_URI)"
+    )
+    parser.add_argument("--run-name", help="the run's folder name (default: a timestamp)")
+    parser.add_argument("--local-dir", help="local write-ahead copy of gs:// runs (default: runs)")
+    parser.add_argument("--resume", action="store_true", help="continue the most recent run (or --run-name)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _explicit_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The dotted config settings the user named, flags and --set alike."""
+    settings: dict[str, Any] = dict(config_module.parse_assignments(args.set))
+    flags = {
+        "data.path": args.data,
+        "runtime.seed": args.seed,
+        "runtime.device": args.device,
+        "runtime.generations": args.generations,
+        "evolution.popsize": args.population,
+        "checkpoint.uri": args.checkpoint_uri or os.environ.get("ERL_CHECKPOINT_URI") or None,
+        "checkpoint.run_name": args.run_name,
+        "checkpoint.local_dir": args.local_dir,
+        "runtime.progress": False if args.no_progress else None,
+    }
+    settings.update({key: value for key, value in flags.items() if value is not None})
+    return settings
+
+
+def train(argv: list[str]) -> int:
+    args = _train_parser().parse_args(argv)
+    base = config_module.preset(args.preset)
+    settings = _explicit_settings(args)
+    config = config_module.override(base, settings)
+    # Typed values of what the user named, for comparison with a resumed run's config.
+    explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
+
+    from training.runs import resume_run, start_run  # heavy imports after the flags are known good
+    from utils.progress import GenerationProgress
+
+    with GenerationProgress(enabled=config.runtime.progress) as progress:
+        if args.resume:
+            trainer, config = resume_run(config, explicit, log=progress.write)
+        else:
+            trainer = start_run(config, log=progress.write)
+        progress.reset(total=config.runtime.generations, initial=trainer.generation)
+        trainer.run(until=config.runtime.generations, on_generation=lambda row: progress.update())
+    progress.write(f"done: {trainer.run_dir} at generation {trainer.generation}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return train(argv)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

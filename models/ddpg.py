@@ -1,0 +1,78 @@
+"""One DDPG update of every agent at once.
+
+Each agent's loss depends only on its own slice of the stacked parameters, so the sum of the
+per-agent losses has, for each slice, exactly that agent's gradient: one backward trains all P.
+Anything that is not elementwise (the gradient-norm clip) is computed per agent.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from models.population import Population
+from models.replay import ReplayBatch
+
+
+class UpdateLosses(NamedTuple):
+    critic: torch.Tensor
+    """(P,) mean squared TD error of each critic, detached."""
+    actor: torch.Tensor
+    """(P,) mean -Q of each actor's actions, detached."""
+
+
+def ddpg_update(
+    population: Population, batch: ReplayBatch, *, gamma: float, tau: float, max_grad_norm: float
+) -> UpdateLosses:
+    """Critic on the TD target, actor on -Q, then Polyak-average both targets."""
+    actor, critic = population.actor, population.critic
+
+    with torch.no_grad():
+        next_actions = population.actor_target(batch.next_windows, batch.next_weights)
+        next_q = population.critic_target(batch.next_windows, batch.next_weights, next_actions)
+        # Truncation is not an end: only termination stops the bootstrap.
+        target_q = batch.rewards + gamma * (1.0 - batch.terminated) * next_q  # (P, B)
+
+    q = critic(batch.windows, batch.weights, batch.actions)  # (P, B)
+    critic_loss = (q - target_q).pow(2).mean(dim=1)  # (P,)
+    population.critic_optim.zero_grad()
+    critic_loss.sum().backward()
+    clip_grad_norm_per_agent_(population.critic_optim.params, max_grad_norm)
+    population.critic_optim.step()
+
+    critic.requires_grad_(False)  # the actor's loss must not spend work on critic gradients
+    try:
+        actor_loss = -critic(batch.windows, batch.weights, actor(batch.windows, batch.weights)).mean(dim=1)
+        population.actor_optim.zero_grad()
+        actor_loss.sum().backward()
+    finally:
+        critic.requires_grad_(True)
+    clip_grad_norm_per_agent_(population.actor_optim.params, max_grad_norm)
+    population.actor_optim.step()
+
+    polyak_update_(population.actor_target.parameters(), actor.parameters(), tau=tau)
+    polyak_update_(population.critic_target.parameters(), critic.parameters(), tau=tau)
+    return UpdateLosses(critic_loss.detach(), actor_loss.detach())
+
+
+@torch.no_grad()
+def clip_grad_norm_per_agent_(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Scale each agent's gradients so their joint L2 norm is at most ``max_norm``; returns (P,) norms.
+
+    0 disables clipping. No host synchronisation: the scale is computed and applied on the device.
+    """
+    grads = [p.grad for p in params]
+    squares = torch.stack([g.pow(2).flatten(1).sum(dim=1) for g in grads])  # (num_params, P)
+    norms = squares.sum(dim=0).sqrt()  # (P,)
+    if max_norm > 0:
+        scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+    return norms
+
+
+@torch.no_grad()
+def polyak_update_(targets, sources, *, tau: float) -> None:
+    """target <- target + tau * (source - target), for every pair."""
+    torch._foreach_lerp_(list(targets), list(sources), tau)

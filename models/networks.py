@@ -1,0 +1,131 @@
+"""Actor and critic for a whole population at once: every parameter has a leading dimension P.
+
+A population network is one ``nn.Module`` whose layers hold (P, in, out) weights and run as batched
+matmuls, so one forward evaluates every agent. Agent ``i`` is the slice ``[i]`` of every parameter.
+
+Both networks read an observation as (N, L * K) feature windows plus (N + 1) weights, cash first,
+and share one design: a per-asset encoder (the same weights for every asset) turns each asset's
+window into an embedding, so the networks work for any number of assets and see each asset the same
+way.
+
+* Actor: per asset, [embedding, mean embedding over assets, the asset's weight] -> MLP -> a logit;
+  cash gets a logit from [mean embedding, cash weight]. Softmax over N + 1 gives target weights.
+* Critic: per asset, [embedding, weight, action] -> MLP, averaged over assets, then with the cash
+  weight and action -> MLP -> Q.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+from torch import nn
+
+
+class BatchedLinear(nn.Module):
+    """P independent linear layers: (P or 1, M, in) -> (P, M, out)."""
+
+    def __init__(self, popsize: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(popsize, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(popsize, 1, out_features))
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Uniform(-1/sqrt(in), 1/sqrt(in)), each agent drawn independently (nn.Linear's scale)."""
+        bound = 1.0 / math.sqrt(self.weight.shape[1])
+        for tensor in (self.weight, self.bias):
+            noise = torch.rand(tensor.shape, generator=generator, device=generator.device)
+            tensor.copy_(noise.to(tensor.device).mul_(2 * bound).sub_(bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == self.weight.shape[0]:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.matmul(x, self.weight) + self.bias  # x shared by all agents: (1, M, in)
+
+
+class BatchedMLP(nn.Module):
+    """Batched linear layers with ReLU between them (none after the last)."""
+
+    def __init__(self, popsize: int, sizes: list[int], *, final_activation: bool = False) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(BatchedLinear(popsize, a, b) for a, b in itertools.pairwise(sizes))
+        self.final_activation = final_activation
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        for layer in self.layers:
+            layer.reset_parameters(generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        leading = x.shape[:-1]
+        h = x.reshape(x.shape[0], -1, x.shape[-1])  # (P or 1, M, in)
+        for index, layer in enumerate(self.layers):
+            h = layer(h)
+            if index < len(self.layers) - 1 or self.final_activation:
+                h = torch.relu(h)
+        return h.reshape(h.shape[0], *leading[1:], h.shape[-1])
+
+
+class AssetEncoder(nn.Module):
+    """(P or 1, M, N, L * K) windows -> (P, M, N, embedding): one MLP applied to every asset."""
+
+    def __init__(self, popsize: int, window_size: int, hidden: int, embedding: int) -> None:
+        super().__init__()
+        self.mlp = BatchedMLP(popsize, [window_size, hidden, embedding], final_activation=True)
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        self.mlp.reset_parameters(generator)
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        return self.mlp(windows)
+
+
+class Actor(nn.Module):
+    """Deterministic policy of P agents: observation -> logits over N + 1 slots (cash first)."""
+
+    def __init__(self, popsize: int, window_size: int, *, encoder_hidden: int, embedding: int, head_hidden: int):
+        super().__init__()
+        self.popsize = popsize
+        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding)
+        self.asset_head = BatchedMLP(popsize, [2 * embedding + 1, head_hidden, 1])
+        self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        for module in (self.encoder, self.asset_head, self.cash_head):
+            module.reset_parameters(generator)
+
+    def logits(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """windows (P or 1, M, N, L * K), weights (P, M, N + 1) -> logits (P, M, N + 1)."""
+        emb = self.encoder(windows)  # (P, M, N, D)
+        context = emb.mean(dim=2, keepdim=True)  # (P, M, 1, D)
+        asset_in = torch.cat([emb, context.expand_as(emb), weights[..., 1:, None]], dim=-1)
+        asset_logits = self.asset_head(asset_in)[..., 0]  # (P, M, N)
+        cash_logit = self.cash_head(torch.cat([context[:, :, 0], weights[..., :1]], dim=-1))  # (P, M, 1)
+        return torch.cat([cash_logit, asset_logits], dim=-1)
+
+    def forward(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Target weights (P, M, N + 1) on the simplex."""
+        return torch.softmax(self.logits(windows, weights), dim=-1)
+
+
+class Critic(nn.Module):
+    """Q-functions of P agents: (observation, action) -> Q (P, M)."""
+
+    def __init__(self, popsize: int, window_size: int, *, encoder_hidden: int, embedding: int, head_hidden: int):
+        super().__init__()
+        self.popsize = popsize
+        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding)
+        self.asset_head = BatchedMLP(popsize, [embedding + 2, head_hidden], final_activation=True)
+        self.value_head = BatchedMLP(popsize, [head_hidden + 2, head_hidden, 1])
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        for module in (self.encoder, self.asset_head, self.value_head):
+            module.reset_parameters(generator)
+
+    def forward(self, windows: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        emb = self.encoder(windows)  # (P, M, N, D)
+        asset_in = torch.cat([emb, weights[..., 1:, None], actions[..., 1:, None]], dim=-1)
+        pooled = self.asset_head(asset_in).mean(dim=2)  # (P, M, H)
+        value_in = torch.cat([pooled, weights[..., :1], actions[..., :1]], dim=-1)
+        return self.value_head(value_in)[..., 0]  # (P, M)

@@ -1,0 +1,55 @@
+"""Adam over stacked population parameters, with its state allocated up front.
+
+Adam is elementwise, so one Adam over (P, ...) parameters is P independent Adams. This one differs
+from ``torch.optim.Adam`` only in bookkeeping: its moments exist from construction (allocate once),
+are plain tensors that evolution can index and copy per agent, and checkpoint as safetensors.
+Every agent takes the same number of steps, so one step counter serves them all. The arithmetic is
+``torch.optim.Adam``'s (no weight decay, no amsgrad); a test pins the two together.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class BatchedAdam:
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = list(params)
+        self.lr = lr
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.steps = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        for p in self.params:  # gradients live as long as the parameters, zeroed between steps
+            p.grad = torch.zeros_like(p)
+
+    def zero_grad(self) -> None:
+        torch._foreach_zero_([p.grad for p in self.params])
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grads = [p.grad for p in self.params]
+        self.steps += 1
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
+        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, value=1 - self.beta2)
+        bias_correction1 = 1 - self.beta1**self.steps
+        bias_correction2_sqrt = (1 - self.beta2**self.steps) ** 0.5
+        denom = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denom, bias_correction2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(self.params, self.exp_avg, denom, value=-self.lr / bias_correction1)
+
+    def state_tensors(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """Moments keyed ``exp_avg.<name>`` / ``exp_avg_sq.<name>`` for the parameters' names."""
+        out = {f"exp_avg.{n}": t for n, t in zip(names, self.exp_avg)}
+        out.update({f"exp_avg_sq.{n}": t for n, t in zip(names, self.exp_avg_sq)})
+        return out

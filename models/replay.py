@@ -1,0 +1,169 @@
+"""The shared replay ring: transitions as days and portfolio state, never observation windows.
+
+A transition is its decision day ``t``, the weights before and after the step, the action, the
+reward and the two end flags: ``8 + 12 * (N + 1)`` bytes or so, whatever the lookback length or
+the number of features. Observations are rebuilt at sample time: the window ending at ``t`` and,
+for the next observation, the one ending at ``t + 1``.
+
+All storage is allocated in the constructor, including the sample buffers; a sampled batch's
+windows live in those buffers until the next ``sample`` call overwrites them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from environment.observation import WindowGatherer
+
+
+class ReplayBatch(NamedTuple):
+    windows: torch.Tensor
+    """(P, B, N, L * K) observation windows."""
+    weights: torch.Tensor
+    """(P, B, N + 1) weights in the observation."""
+    actions: torch.Tensor
+    """(P, B, N + 1) target weights taken."""
+    rewards: torch.Tensor
+    """(P, B) rewards."""
+    next_windows: torch.Tensor
+    """(P, B, N, L * K) next observation windows."""
+    next_weights: torch.Tensor
+    """(P, B, N + 1) weights in the next observation."""
+    terminated: torch.Tensor
+    """(P, B) float, 1 where the episode ended for good (no bootstrap)."""
+    truncated: torch.Tensor
+    """(P, B) float, 1 where the window ended (bootstrap through it)."""
+
+
+class ReplayBuffer:
+    """A ring of ``capacity`` transitions shared by the population.
+
+    Args:
+        capacity: transitions held; the oldest are overwritten.
+        num_assets: N.
+        gatherer: rebuilds windows from the feature tensor.
+        sample_shape: (P, B), agents and transitions per agent of every ``sample``.
+        device: where storage lives (the features' device).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        num_assets: int,
+        gatherer: WindowGatherer,
+        *,
+        sample_shape: tuple[int, int],
+        device: torch.device | str,
+    ) -> None:
+        self.capacity = capacity
+        self.gatherer = gatherer
+        self.sample_shape = sample_shape
+        self.pos = 0
+        self.size = 0
+        n1 = num_assets + 1
+        self.storage: dict[str, torch.Tensor] = {
+            "days": torch.zeros(capacity, dtype=torch.int32, device=device),
+            "weights": torch.zeros(capacity, n1, device=device),
+            "actions": torch.zeros(capacity, n1, device=device),
+            "rewards": torch.zeros(capacity, device=device),
+            "next_weights": torch.zeros(capacity, n1, device=device),
+            "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
+            "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
+        }
+        self._windows = gatherer.empty(*sample_shape, device=device)
+        self._next_windows = gatherer.empty(*sample_shape, device=device)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of transition storage (sample buffers excluded)."""
+        return sum(t.numel() * t.element_size() for t in self.storage.values())
+
+    @property
+    def bytes_per_transition(self) -> int:
+        return self.nbytes // self.capacity
+
+    @torch.no_grad()
+    def add(
+        self,
+        *,
+        days: torch.Tensor,
+        weights: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_weights: torch.Tensor,
+        terminated: torch.Tensor | bool,
+        truncated: torch.Tensor | bool,
+    ) -> None:
+        """Append a batch of transitions; every argument has the same leading shape (e.g. (P, E))."""
+        values = {
+            "days": days,
+            "weights": weights,
+            "actions": actions,
+            "rewards": rewards,
+            "next_weights": next_weights,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        leading = rewards.shape
+        count = rewards.numel()
+        flat = {}
+        for key, value in values.items():
+            target = self.storage[key]
+            value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
+            # Days (E,) and flags (scalars) broadcast over the agents.
+            value = torch.broadcast_to(value, (*leading, *target.shape[1:]))
+            flat[key] = value.reshape(count, *target.shape[1:])
+        if count > self.capacity:  # only the newest `capacity` survive a single oversized add
+            flat = {k: v[-self.capacity :] for k, v in flat.items()}
+            self.pos = (self.pos + count - self.capacity) % self.capacity
+            count = self.capacity
+        index = (torch.arange(count, device=self.storage["days"].device) + self.pos) % self.capacity
+        for key, value in flat.items():
+            self.storage[key].index_copy_(0, index, value)
+        self.pos = (self.pos + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+
+    @torch.no_grad()
+    def sample(self, generator: torch.Generator) -> ReplayBatch:
+        """Uniform draw of (P, B) transitions, each agent its own, with windows rebuilt."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        index = torch.randint(self.size, self.sample_shape, generator=generator, device=generator.device)
+        index = index.to(self.storage["days"].device)
+        s = self.storage
+        days = s["days"][index].long()  # (P, B)
+        return ReplayBatch(
+            windows=self.gatherer.gather(days, out=self._windows),
+            weights=s["weights"][index],
+            actions=s["actions"][index],
+            rewards=s["rewards"][index],
+            next_windows=self.gatherer.gather(days + 1, out=self._next_windows),
+            next_weights=s["next_weights"][index],
+            terminated=s["terminated"][index].float(),
+            truncated=s["truncated"][index].float(),
+        )
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The filled part of the ring plus its position (as int64 scalars), ready for safetensors."""
+        out = {key: tensor[: self.size] for key, tensor in self.storage.items()}
+        out["pos"] = torch.tensor(self.pos, dtype=torch.int64)
+        out["size"] = torch.tensor(self.size, dtype=torch.int64)
+        return out
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        size, pos = int(state["size"]), int(state["pos"])
+        if not (0 <= size <= self.capacity and 0 <= pos < self.capacity):
+            raise ValueError(f"replay state (size {size}, pos {pos}) does not fit capacity {self.capacity}")
+        for key, target in self.storage.items():
+            value = state[key]
+            if value.shape != (size, *target.shape[1:]):
+                raise ValueError(f"replay {key}: shape {tuple(value.shape)} does not fit {tuple(target.shape)}")
+            target[:size].copy_(value)
+            target[size:].zero_()
+        self.size, self.pos = size, pos

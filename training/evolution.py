@@ -1,0 +1,156 @@
+"""Genetic operators over the population dimension: a plan from fitness, then in-place application.
+
+Planning is pure index arithmetic on the fitness vector (with an explicit generator), so it can run
+wherever the fitness is gathered; applying a plan is a copy, a blend and masked noise on dim 0 of
+stacked tensors.
+
+The rule, exactly: the ``elites`` fittest slots (ties broken by slot index) are kept bit for bit.
+Every other slot receives an offspring: a parent chosen by tournament (the fittest of
+``tournament_size`` slots drawn with replacement); with probability ``crossover_prob`` its actor is a
+blend ``w * parent + (1 - w) * mate`` of that parent and a second tournament winner, the fitter of
+the two counting as the parent and ``w ~ U(0.5, 1)``; with probability ``mutation_prob`` a random
+``mutation_fraction`` of its actor's entries get Gaussian noise of stdev ``mutation_stdev``. The
+offspring's critic, both optimisers' moments and its critic target are the parent's; its actor
+target starts equal to its new actor.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from models.population import Population
+
+
+class EvolutionPlan(NamedTuple):
+    parents: torch.Tensor
+    """(P,) long: the slot each slot copies from (itself for elites)."""
+    mates: torch.Tensor
+    """(P,) long: the second parent of a crossover (equal to ``parents`` otherwise)."""
+    blend: torch.Tensor
+    """(P,) float: weight of ``parents`` in the actor blend; 1 means a plain copy."""
+    mutate: torch.Tensor
+    """(P,) bool: offspring whose actor is mutated."""
+    elite: torch.Tensor
+    """(P,) bool: slots kept exactly."""
+
+    @property
+    def offspring(self) -> torch.Tensor:
+        """(num_offspring,) long: the slots that receive an offspring."""
+        return torch.nonzero(~self.elite).flatten()
+
+
+@torch.no_grad()
+def tournament(fitness: torch.Tensor, count: int, *, size: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` winners (slot indices), each the fittest of ``size`` slots drawn with replacement."""
+    candidates = torch.randint(fitness.numel(), (count, size), generator=generator)
+    best = fitness[candidates].argmax(dim=1)
+    return candidates[torch.arange(count), best]
+
+
+@torch.no_grad()
+def plan_generation(
+    fitness: torch.Tensor,
+    *,
+    elites: int,
+    tournament_size: int,
+    crossover_prob: float,
+    mutation_prob: float,
+    generator: torch.Generator,
+) -> EvolutionPlan:
+    """Decide who copies whom; ``fitness`` is (P,) on the CPU, higher is better."""
+    popsize = fitness.numel()
+    fitness = torch.nan_to_num(fitness.float(), nan=-torch.inf)
+    order = torch.sort(-fitness, stable=True).indices
+    elite = torch.zeros(popsize, dtype=torch.bool)
+    elite[order[:elites]] = True
+    slots = torch.arange(popsize)
+
+    parents = tournament(fitness, popsize, size=tournament_size, generator=generator)
+    mates = tournament(fitness, popsize, size=tournament_size, generator=generator)
+    crossover = torch.rand(popsize, generator=generator) < crossover_prob
+    weights = 0.5 + 0.5 * torch.rand(popsize, generator=generator)
+    mutate = torch.rand(popsize, generator=generator) < mutation_prob
+    # The fitter of the two parents is the one whose critic and optimiser state the child inherits.
+    swap = fitness[mates] > fitness[parents]
+    parents, mates = torch.where(swap, mates, parents), torch.where(swap, parents, mates)
+
+    crossover &= ~elite
+    return EvolutionPlan(
+        parents=torch.where(elite, slots, parents),
+        mates=torch.where(crossover, mates, torch.where(elite, slots, parents)),
+        blend=torch.where(crossover, weights, torch.ones(popsize)),
+        mutate=mutate & ~elite,
+        elite=elite,
+    )
+
+
+@torch.no_grad()
+def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
+    """Offspring slots of every tensor become their parent's slice; elites are not touched."""
+    slots = plan.offspring
+    if slots.numel() == 0:
+        return
+    for tensor in tensors:
+        index = slots.to(tensor.device)
+        tensor.index_copy_(0, index, tensor[plan.parents[slots].to(tensor.device)])
+
+
+@torch.no_grad()
+def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
+    """Offspring slots become ``blend * parent + (1 - blend) * mate`` (an exact copy where blend is 1)."""
+    slots = plan.offspring
+    if slots.numel() == 0:
+        return
+    for tensor in tensors:
+        device = tensor.device
+        index = slots.to(device)
+        parent = tensor[plan.parents[slots].to(device)]
+        mate = tensor[plan.mates[slots].to(device)]
+        weight = plan.blend[slots].to(device=device, dtype=tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
+        child = torch.where(weight == 1, parent, torch.lerp(mate, parent, weight))
+        tensor.index_copy_(0, index, child)
+
+
+@torch.no_grad()
+def mutate_(
+    tensors: list[torch.Tensor],
+    slots: torch.Tensor,
+    *,
+    fraction: float,
+    stdev: float,
+    generator: torch.Generator,
+) -> None:
+    """Add N(0, stdev) noise to a random ``fraction`` of the entries of the slots where ``slots`` (P,) is
+    True; every other entry keeps its exact bits. Draws for every slot, so the generator advances the
+    same way whoever is mutated."""
+    for tensor in tensors:
+        noise = torch.randn(tensor.shape, generator=generator, device=generator.device) * stdev
+        chosen = torch.rand(tensor.shape, generator=generator, device=generator.device) < fraction
+        chosen &= slots.to(chosen.device).view(-1, *([1] * (tensor.dim() - 1)))
+        noise, chosen = noise.to(tensor.device), chosen.to(tensor.device)
+        tensor.copy_(torch.where(chosen, tensor + noise, tensor))
+
+
+@torch.no_grad()
+def evolve_(
+    population: Population,
+    plan: EvolutionPlan,
+    *,
+    mutation_fraction: float,
+    mutation_stdev: float,
+    generator: torch.Generator,
+) -> None:
+    """Apply ``plan`` to every agent tensor of ``population`` in place (see the module docstring)."""
+    actor_keys = {f"actor.{name}" for name, _ in population.actor.named_parameters()}
+    tensors = population.agent_tensors()
+    copy_from_parents_([t for k, t in tensors.items() if k not in actor_keys], plan)
+    actor = [tensors[k] for k in sorted(actor_keys)]
+    crossover_(actor, plan)
+    mutate_(actor, plan.mutate, fraction=mutation_fraction, stdev=mutation_stdev, generator=generator)
+    # Each offspring's actor target restarts from its new actor.
+    slots = plan.offspring
+    for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
+        index = slots.to(source.device)
+        target.index_copy_(0, index, source[index])

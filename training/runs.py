@@ -1,0 +1,131 @@
+"""Runs on disk: start a new one, find the most recent, resume it.
+
+Everything that can be wrong with the input (config, data, checkpoint location) is checked before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from config import Config, override
+from environment.data import load_prices
+from environment.features import build_market
+from environment.market import Market
+from training.trainer import Trainer
+from utils import checkpoint
+from utils.errors import CheckpointError, ConfigError
+
+RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime.progress"})
+"""Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("runtime.device is cuda but no CUDA device is available (use --device cpu or auto)")
+    return torch.device(name)
+
+
+def load_market(config: Config, device: torch.device) -> Market:
+    data = config.data
+    table = load_prices(
+        data.path or None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days
+    )
+    return build_market(
+        table,
+        lookback=config.env.lookback,
+        episode_days=config.env.episode_days,
+        validation_days=data.validation_days,
+        holdout_days=data.holdout_days,
+        device=device,
+    )
+
+
+def runs_root(config: Config) -> Path:
+    uri = config.checkpoint.uri
+    if uri.startswith("gs://"):
+        raise ConfigError(f"checkpoint location {uri}: gs:// locations are not supported yet; use a local folder")
+    if "://" in uri:
+        raise ConfigError(f"checkpoint location {uri}: expected a local folder or gs://bucket/prefix")
+    return Path(uri)
+
+
+def start_run(config: Config, *, log: Callable[[str], None] = print) -> Trainer:
+    """Build everything, then create the run folder and write its config."""
+    root = runs_root(config)
+    name = config.checkpoint.run_name or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    run_dir = root / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
+    device = resolve_device(config.runtime.device)
+    market = load_market(config, device)
+    config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(config.to_json() + "\n")
+    trainer = Trainer(config, market, run_dir, log=log)
+    log(f"run {run_dir} | {market.num_assets} assets x {market.num_days} days | device {device}")
+    return trainer
+
+
+def find_run(root: Path, run_name: str = "") -> Path:
+    """The named run under ``root``, or the one whose latest complete generation was written last."""
+    if run_name:
+        run_dir = root / run_name
+        if not (run_dir / "config.json").is_file():
+            raise CheckpointError(f"no run named {run_name!r} under {root}")
+        return run_dir
+    candidates = []
+    for run_dir in root.iterdir() if root.is_dir() else []:
+        generation = checkpoint.latest_generation(run_dir) if (run_dir / "config.json").is_file() else None
+        if generation is not None:
+            manifest = run_dir / checkpoint.generation_dirname(generation) / "manifest.json"
+            candidates.append((manifest.stat().st_mtime, run_dir))
+    if not candidates:
+        raise CheckpointError(f"nothing to resume: no run with a complete generation under {root}")
+    return max(candidates)[1]
+
+
+def resume_run(
+    config: Config, explicit: dict[str, Any], *, log: Callable[[str], None] = print
+) -> tuple[Trainer, Config]:
+    """Continue the most recent (or ``--run-name``) run with its own config.
+
+    Args:
+        config: the config the command line asked for (only to find the run and to compare).
+        explicit: the dotted settings the user gave on the command line; any outside
+            ``RESUMABLE_CHANGES`` that differs from the run's config is an error.
+    """
+    run_dir = find_run(runs_root(config), config.checkpoint.run_name)
+    try:
+        saved = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{run_dir / 'config.json'}: cannot read the run's config ({error})") from None
+    changes: dict[str, Any] = {}
+    for key, value in explicit.items():
+        section, _, name = key.partition(".")
+        if section == "checkpoint":
+            continue
+        before = getattr(getattr(saved, section), name)
+        if key in RESUMABLE_CHANGES:
+            changes[key] = value
+        elif before != value:
+            raise ConfigError(
+                f"--resume keeps the run's settings: {key} is {before!r} in {run_dir.name}, not {value!r}"
+            )
+    resumed = override(saved, changes)
+    device = resolve_device(resumed.runtime.device)
+    market = load_market(resumed, device)
+    generation_files = checkpoint.open_generation(run_dir)
+    trainer = Trainer(resumed, market, run_dir, log=log)
+    trainer.restore(generation_files)
+    log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
+    return trainer, resumed

@@ -1,0 +1,359 @@
+"""The generation loop: evaluate, validate, evolve, train, record. Everything it uses is built here once.
+
+One generation, as the loop below reads:
+
+1. Evaluate: every agent runs the same E training windows in lockstep. The first
+   ``exploring_episodes`` add each agent's exploration noise; every transition goes to the replay
+   ring; the fitness comes from the noise-free episodes.
+2. Validate: deterministic policies of the agents and the champion on the fixed walk-forward
+   validation windows; the best agent replaces the champion if it beats the champion's score on the
+   same windows.
+3. Evolve: selection on the fitness measured in step 1, on the very parameters being selected
+   (nothing has trained them since), applied in place.
+4. DDPG updates: every agent, offspring included, trains on batches from the shared ring.
+5. Record: one metrics row, one console line, one checkpoint.
+
+Step 4 changes the parameters after they were measured; the next generation's step 1 measures them
+again before anything selects on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from config import Config
+from environment.market import Market
+from environment.vector_env import VectorPortfolioEnv, episode_starts, walk_forward_starts
+from models.ddpg import ddpg_update
+from models.population import Population
+from models.replay import ReplayBuffer
+from training.evolution import evolve_, plan_generation
+from training.fitness import episode_returns, fitness
+from training.rollout import collect, validate
+from utils import checkpoint, jsonl
+from utils.errors import CheckpointError
+from utils.telemetry import PhaseTimer, format_bytes, memory_snapshot
+
+GENERATORS = ("init", "episodes", "exploration", "replay", "evolution")
+"""Independent random streams; the device-side ones live on the training device."""
+DEVICE_GENERATORS = ("exploration", "replay")
+
+MEASURED_KEYS = frozenset(
+    {
+        "env_steps_per_s",
+        "generation_s",
+        "evaluate_s",
+        "validate_s",
+        "evolve_s",
+        "update_s",
+        "checkpoint_s",
+        "rss_bytes",
+        "peak_rss_bytes",
+        "cuda_allocated_bytes",
+        "cuda_reserved_bytes",
+    }
+)
+"""Metrics that measure the machine, not the run: they differ between identical runs."""
+
+
+def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generator]:
+    """One generator per stream, seeded from independent children of ``seed``."""
+    children = np.random.SeedSequence(seed).spawn(len(GENERATORS))
+    generators = {}
+    for name, child in zip(GENERATORS, children):
+        generator = torch.Generator(device=device if name in DEVICE_GENERATORS else "cpu")
+        generator.manual_seed(int(child.generate_state(1, np.uint64)[0]) & 0x7FFF_FFFF_FFFF_FFFF)
+        generators[name] = generator
+    return generators
+
+
+def market_fingerprint(market: Market) -> str:
+    """SHA-256 of everything the trainer reads from the market: a resumed run must see the same data."""
+    digest = hashlib.sha256()
+    for tensor in (market.features, market.relatives):
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    digest.update("\n".join(market.tickers + market.dates + market.feature_names).encode())
+    digest.update(repr(market.splits).encode())
+    return digest.hexdigest()
+
+
+class Trainer:
+    """Owns the population, environments, replay ring and generators of one run.
+
+    Args:
+        config: the resolved config.
+        market: built from ``config.data`` on ``device``.
+        run_dir: local run folder (created by the caller; checkpoints and metrics go here).
+        log: where the per-generation line goes.
+    """
+
+    def __init__(self, config: Config, market: Market, run_dir: Path, *, log: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.market = market
+        self.run_dir = Path(run_dir)
+        self.log = log
+        self.device = market.device
+        self.fingerprint = market_fingerprint(market)
+        env_cfg, ddpg, evo, evaluation = config.env, config.ddpg, config.evolution, config.evaluation
+        popsize = evo.popsize
+
+        self.generators = make_generators(config.runtime.seed, self.device)
+        self.train_env = VectorPortfolioEnv(
+            market,
+            num_agents=popsize,
+            num_episodes=evaluation.episodes,
+            episode_days=env_cfg.episode_days,
+            lookback=env_cfg.lookback,
+            cost_rate=env_cfg.cost_rate,
+        )
+        self.train_starts = episode_starts(
+            market.splits.train, lookback=env_cfg.lookback, episode_days=env_cfg.episode_days
+        )
+        self.validation_starts = torch.tensor(
+            walk_forward_starts(market.splits.validation, lookback=env_cfg.lookback, episode_days=env_cfg.episode_days),
+            device=self.device,
+        )
+        self.validation_env = VectorPortfolioEnv(
+            market,
+            num_agents=popsize + 1,
+            num_episodes=len(self.validation_starts),
+            episode_days=env_cfg.episode_days,
+            lookback=env_cfg.lookback,
+            cost_rate=env_cfg.cost_rate,
+        )
+        self.exploring = torch.arange(evaluation.episodes, device=self.device) < evaluation.exploring_episodes
+        fitness_from = evaluation.exploring_episodes if evaluation.exploring_episodes < evaluation.episodes else 0
+        self.fitness_episodes = slice(fitness_from, None)
+
+        self.population = Population(
+            popsize,
+            self.train_env.gatherer.window_size,
+            encoder_hidden=config.model.encoder_hidden,
+            embedding=config.model.embedding,
+            head_hidden=config.model.head_hidden,
+            actor_lr=ddpg.actor_lr,
+            critic_lr=ddpg.critic_lr,
+            exploration=(ddpg.exploration_min, ddpg.exploration_max),
+            device=self.device,
+            generator=self.generators["init"],
+        )
+        self.buffer = ReplayBuffer(
+            ddpg.buffer_size,
+            market.num_assets,
+            self.train_env.gatherer,
+            sample_shape=(popsize, ddpg.batch_size),
+            device=self.device,
+        )
+        # Loss accumulators: written on the device every update, read once per generation.
+        self._critic_loss_sum = torch.zeros(popsize, device=self.device)
+        self._actor_loss_sum = torch.zeros(popsize, device=self.device)
+        self._timer = PhaseTimer(self.device)
+
+        self.generation = 0
+        self.champion_score = -math.inf
+        self.champion_generation = 0
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Run generations until ``self.generation == until``, checkpointing each one."""
+        while self.generation < until:
+            row = self.run_generation()
+            if on_generation is not None:
+                on_generation(row)
+
+    def run_generation(self) -> dict[str, Any]:
+        cfg = self.config
+        popsize = cfg.evolution.popsize
+        self._timer.start()
+
+        # 1) evaluate: all agents x E windows in lockstep; transitions into the ring
+        start_days = self._sample_train_starts()
+        rewards = collect(
+            self.population,
+            self.train_env,
+            start_days,
+            exploring=self.exploring,
+            buffer=self.buffer,
+            generator=self.generators["exploration"],
+        )
+        returns_per_episode = episode_returns(rewards)  # (P, E)
+        fitness_per_agent = fitness(
+            returns_per_episode[:, self.fitness_episodes], kind=cfg.evolution.fitness, worst_k=cfg.evolution.worst_k
+        )
+        self._timer.mark("evaluate_s")
+
+        # 2) validate: agents and champion on the same walk-forward windows
+        scores = validate(self.population, self.validation_env, self.validation_starts)  # (P + 1,)
+        validation_per_agent, champion_before = scores[:popsize], scores[popsize]
+        self._timer.mark("validate_s")
+
+        # One host synchronisation: everything the decisions and the log need from the device.
+        fitness_host = fitness_per_agent.cpu()
+        validation_host = validation_per_agent.cpu()
+        # Before the first crowning the champion slot holds no agent: any score beats it.
+        champion_before = float(champion_before) if self.champion_generation > 0 else -math.inf
+        best = int(validation_host.argmax())
+        if float(validation_host[best]) > champion_before:
+            self.population.crown(best)
+            self.champion_score = float(validation_host[best])
+            self.champion_generation = self.generation + 1
+        else:
+            self.champion_score = champion_before
+
+        # 3) evolve: select on the fitness of exactly these parameters, in place
+        plan = plan_generation(
+            fitness_host,
+            elites=cfg.evolution.elites,
+            tournament_size=cfg.evolution.tournament_size,
+            crossover_prob=cfg.evolution.crossover_prob,
+            mutation_prob=cfg.evolution.mutation_prob,
+            generator=self.generators["evolution"],
+        )
+        evolve_(
+            self.population,
+            plan,
+            mutation_fraction=cfg.evolution.mutation_fraction,
+            mutation_stdev=cfg.evolution.mutation_stdev,
+            generator=self.generators["evolution"],
+        )
+        self._timer.mark("evolve_s")
+
+        # 4) DDPG updates: all agents in one batched update per step
+        updates = cfg.ddpg.updates_per_generation if len(self.buffer) >= cfg.ddpg.learning_starts else 0
+        self._critic_loss_sum.zero_()
+        self._actor_loss_sum.zero_()
+        for _ in range(updates):
+            batch = self.buffer.sample(self.generators["replay"])
+            losses = ddpg_update(
+                self.population, batch, gamma=cfg.ddpg.gamma, tau=cfg.ddpg.tau, max_grad_norm=cfg.ddpg.max_grad_norm
+            )
+            self._critic_loss_sum += losses.critic
+            self._actor_loss_sum += losses.actor
+        losses_host = torch.stack([self._critic_loss_sum, self._actor_loss_sum]).cpu() / max(updates, 1)
+        self._timer.mark("update_s")
+
+        # 5) record: metrics row, console line, checkpoint
+        self.generation += 1
+        env_steps = popsize * cfg.evaluation.episodes * cfg.env.episode_days
+        durations = self._timer.durations()
+        row: dict[str, Any] = {
+            "generation": self.generation,
+            "best_fitness": float(fitness_host.max()),
+            "mean_fitness": float(fitness_host.mean()),
+            "worst_fitness": float(fitness_host.min()),
+            "validation_best": float(validation_host[best]),
+            "validation_mean": float(validation_host.mean()),
+            "champion_score": self.champion_score,
+            "champion_generation": self.champion_generation,
+            "elites": [int(i) for i in torch.nonzero(plan.elite).flatten()],
+            "critic_loss": float(losses_host[0].mean()),
+            "actor_loss": float(losses_host[1].mean()),
+            "updates": updates,
+            "buffer_size": len(self.buffer),
+            "env_steps": env_steps,
+            "env_steps_per_s": env_steps / max(durations["evaluate_s"], 1e-9),
+            **durations,
+            **memory_snapshot(self.device),
+        }
+        row["generation_s"] = sum(durations.values())
+        start = time.perf_counter()
+        self.save_checkpoint(latest_row=row)
+        # The row reaches metrics.jsonl only once its generation is committed; its checkpoint copy
+        # lacks the checkpoint's own time, which is known only now.
+        row["checkpoint_s"] = time.perf_counter() - start
+        row["generation_s"] += row["checkpoint_s"]
+        jsonl.append_row(self.metrics_path, row)
+        self.log(self.format_line(row))
+        return row
+
+    def _sample_train_starts(self) -> torch.Tensor:
+        picks = torch.randint(
+            len(self.train_starts), (self.config.evaluation.episodes,), generator=self.generators["episodes"]
+        )
+        return (picks + self.train_starts.start).to(self.device)
+
+    def format_line(self, row: dict[str, Any]) -> str:
+        total = self.config.runtime.generations
+        return (
+            f"gen {row['generation']:>4}/{total} | fitness best {row['best_fitness']:+.4f} "
+            f"mean {row['mean_fitness']:+.4f} worst {row['worst_fitness']:+.4f} | "
+            f"champion {row['champion_score']:+.4f} (gen {row['champion_generation']}) | "
+            f"buffer {row['buffer_size'] / 1000:.1f}k/{self.buffer.capacity / 1000:.0f}k | "
+            f"{row['env_steps_per_s'] / 1000:.1f}k steps/s | {row['generation_s']:.1f} s | "
+            f"rss {format_bytes(row['rss_bytes'])}"
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, *, latest_row: dict[str, Any] | None = None) -> Path:
+        """Write this generation in the checkpoint format and apply retention.
+
+        ``latest_row`` is this generation's metrics row, not yet in ``metrics.jsonl``.
+        """
+        history = jsonl.read_rows(self.metrics_path) + ([latest_row] if latest_row else [])
+        state = {
+            "format_version": checkpoint.FORMAT_VERSION,
+            "generation": self.generation,
+            "champion_score": self.champion_score if math.isfinite(self.champion_score) else None,
+            "champion_generation": self.champion_generation,
+            "actor_optim_steps": self.population.actor_optim.steps,
+            "critic_optim_steps": self.population.critic_optim.steps,
+            "replay_pos": self.buffer.pos,
+            "replay_size": self.buffer.size,
+            "market_fingerprint": self.fingerprint,
+            "tickers": list(self.market.tickers),
+            "config": self.config.to_dict(),
+        }
+        path = checkpoint.write_generation(
+            self.run_dir,
+            self.generation,
+            tensors={
+                "population": self.population.state_tensors(),
+                "replay": self.buffer.state_dict(),
+                "rng": {name: g.get_state() for name, g in self.generators.items()},
+            },
+            documents={"state": state, "history": history},
+        )
+        checkpoint.prune_generations(
+            self.run_dir, keep_last=self.config.checkpoint.keep_last, protect={self.champion_generation}
+        )
+        return path
+
+    def restore(self, generation_files: checkpoint.GenerationFiles) -> None:
+        """Load a complete generation into this trainer's existing storage."""
+        where = generation_files.path
+        state = checkpoint.read_document(generation_files, "state")
+        if state.get("market_fingerprint") != self.fingerprint:
+            raise CheckpointError(f"{where}: the market data differs from the data this run was trained on")
+        try:
+            self.population.load_state_tensors(
+                checkpoint.read_tensors(generation_files, "population", device=self.device)
+            )
+            self.buffer.load_state_dict(checkpoint.read_tensors(generation_files, "replay", device=self.device))
+            rng = checkpoint.read_tensors(generation_files, "rng")
+            for name, generator in self.generators.items():
+                generator.set_state(rng[name].cpu())
+        except (KeyError, ValueError, RuntimeError) as error:
+            raise CheckpointError(f"{where}: does not fit this config ({error})") from None
+        self.population.actor_optim.steps = int(state["actor_optim_steps"])
+        self.population.critic_optim.steps = int(state["critic_optim_steps"])
+        self.generation = int(state["generation"])
+        score = state["champion_score"]
+        self.champion_score = -math.inf if score is None else float(score)
+        self.champion_generation = int(state["champion_generation"])
+        # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
+        # the commit); the checkpoint's own history is the truth.
+        history = checkpoint.read_document(generation_files, "history")
+        self.metrics_path.unlink(missing_ok=True)
+        for row in history:
+            jsonl.append_row(self.metrics_path, row)

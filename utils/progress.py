@@ -1,0 +1,40 @@
+"""A progress bar over generations that keeps log lines above it."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+
+class GenerationProgress:
+    """``tqdm`` over generations; ``write`` prints a line without breaking the bar.
+
+    Disabled, it prints plain lines (for logs and CI).
+    """
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bar: tqdm | None = None
+
+    def __enter__(self) -> GenerationProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def reset(self, *, total: int, initial: int) -> None:
+        if self.enabled:
+            self._bar = tqdm(total=total, initial=initial, unit="gen", dynamic_ncols=True, file=sys.stderr)
+
+    def update(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def write(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.write(line)
+        else:
+            print(line, flush=True)
