@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from environment.kernel import cash_weights, portfolio_step, with_cash
+from environment.kernel import cash_weights, portfolio_step, scores_to_weights, with_cash
 from environment.market import Market
 from environment.observation import WindowGatherer
 from environment.vector_env import episode_starts
@@ -49,9 +49,10 @@ class PortfolioEnv(gym.Env):
         if len(self.starts) == 0:
             raise ValueError(f"the {split} split is too short for an episode of {episode_days} days")
         n = market.num_assets
+        low, high = float(market.features.min()), float(market.features.max())
         self.observation_space = gym.spaces.Dict(
             {
-                "window": gym.spaces.Box(-np.inf, np.inf, (n, self.gatherer.window_size), np.float32),
+                "window": gym.spaces.Box(low, high, (n, self.gatherer.window_size), np.float32),
                 "weights": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),
             }
         )
@@ -74,9 +75,7 @@ class PortfolioEnv(gym.Env):
         return self._observation(), {"day": day}
 
     def step(self, action: np.ndarray):
-        scores = torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device).clamp(min=0.0)
-        total = scores.sum()
-        target = scores / total if total > 0 else cash_weights((), self.market.num_assets, device=self.market.device)
+        target = scores_to_weights(torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device))
         relatives = with_cash(self.market.relatives[self._day + 1])
         result = portfolio_step(self._weights, target, relatives, cost_rate=self.cost_rate)
         self._weights = result.next_weights

@@ -63,3 +63,12 @@ def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.devic
     weights = torch.zeros(*shape, num_assets + 1, device=device)
     weights[..., 0] = 1.0
     return weights
+
+
+def scores_to_weights(scores: torch.Tensor) -> torch.Tensor:
+    """Non-negative scores (..., N + 1) -> target weights; an all-zero row means all cash."""
+    scores = scores.clamp(min=0.0)
+    total = scores.sum(-1, keepdim=True)
+    cash = torch.zeros_like(scores)
+    cash[..., 0] = 1.0
+    return torch.where(total > 0, scores / total.clamp(min=torch.finfo(scores.dtype).tiny), cash)

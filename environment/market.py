@@ -3,7 +3,7 @@
 Time conventions, used everywhere:
 
 * Day ``t`` indexes rows of ``features`` and ``relatives``.
-* ``relatives[t] = price[t] / price[t - 1]`` (``relatives[0] = 1``).
+* ``relatives[t] = price[t] / price[t - 1]`` (row 0 uses the price before the kept rows; no decision earns it).
 * A decision at day ``t`` sees ``features[t - L + 1 : t + 1]`` and the current weights, and its
   target weights are held from the close of ``t`` to the close of ``t + 1``, earning ``relatives[t + 1]``.
 * A split is the range of days whose returns it earns: the decisions of split ``r`` are the days

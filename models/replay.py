@@ -134,7 +134,11 @@ class ReplayBuffer:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         index = torch.randint(self.size, self.sample_shape, generator=generator, device=generator.device)
-        index = index.to(self.storage["days"].device)
+        return self.gather(index.to(self.storage["days"].device))
+
+    @torch.no_grad()
+    def gather(self, index: torch.Tensor) -> ReplayBatch:
+        """The transitions at ring positions ``index`` (P, B), observations rebuilt from the features."""
         s = self.storage
         days = s["days"][index].long()  # (P, B)
         return ReplayBatch(

@@ -1,0 +1,1 @@
+"""Market data: loading and validating price files, features and splits, and the environments."""

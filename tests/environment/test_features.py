@@ -1,0 +1,206 @@
+"""Features, splits and the Market: causality, training-only normalisation, relatives, row counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from environment.data import PriceTable, load_prices
+from environment.features import FEATURE_NAMES, WARMUP_DAYS, build_market, raw_features
+from utils.errors import DataError
+
+SETTINGS = {"lookback": 10, "episode_days": 20, "validation_days": 50, "holdout_days": 50}
+NEEDED = WARMUP_DAYS + sum(SETTINGS.values())
+
+
+def make_table(num_days: int = 600, num_assets: int = 4, *, benchmark: bool = True, seed: int = 0) -> PriceTable:
+    """Geometric random walks with asset-specific drift and volatility, plus a benchmark index."""
+    rng = np.random.default_rng(seed)
+    vol = np.linspace(0.005, 0.03, num_assets)
+    steps = rng.normal(0.0003, 1.0, size=(num_days, num_assets)) * vol
+    prices = 50.0 * np.exp(np.cumsum(steps, axis=0))
+    index = 1000.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, size=num_days))) if benchmark else None
+    return PriceTable(
+        dates=pd.bdate_range("2001-01-01", periods=num_days),
+        tickers=tuple(f"A{i}" for i in range(num_assets)),
+        prices=prices,
+        benchmark=index,
+    )
+
+
+def replace_prices(table: PriceTable, prices: np.ndarray) -> PriceTable:
+    return PriceTable(dates=table.dates, tickers=table.tickers, prices=prices, benchmark=table.benchmark)
+
+
+def test_feature_constants() -> None:
+    assert FEATURE_NAMES == (
+        "log_return_1d",
+        "log_return_5d",
+        "log_return_21d",
+        "volatility_21d",
+        "rsi_14",
+        "macd_12_26",
+    )
+    assert WARMUP_DAYS >= 21  # the longest finite window
+
+
+def test_market_shapes_types_and_finiteness() -> None:
+    table = make_table()
+    market = build_market(table, **SETTINGS)
+    num_days = 600 - WARMUP_DAYS
+    assert market.features.shape == (num_days, 4, len(FEATURE_NAMES))
+    assert market.relatives.shape == (num_days, 4)
+    assert market.benchmark is not None and market.benchmark.shape == (num_days,)
+    for tensor in (market.features, market.relatives, market.benchmark):
+        assert tensor.dtype == torch.float32
+        assert tensor.device == torch.device("cpu")
+        assert tensor.is_contiguous()
+        assert torch.isfinite(tensor).all()
+    assert market.features.abs().max() <= 5.0
+    assert market.tickers == table.tickers and market.feature_names == FEATURE_NAMES
+    assert market.num_days == num_days and market.num_assets == 4 and market.num_features == len(FEATURE_NAMES)
+
+
+def test_dates_are_iso_strings_of_the_kept_rows() -> None:
+    table = make_table()
+    market = build_market(table, **SETTINGS)
+    assert market.dates == tuple(d.strftime("%Y-%m-%d") for d in table.dates[WARMUP_DAYS:])
+
+
+def test_splits_are_contiguous_and_cover_every_row() -> None:
+    market = build_market(make_table(), **SETTINGS)
+    splits = market.splits
+    assert splits.train.start == 0
+    assert splits.train.stop == splits.validation.start
+    assert splits.validation.stop == splits.holdout.start
+    assert splits.holdout.stop == market.num_days
+    assert len(splits.validation) == 50 and len(splits.holdout) == 50
+    assert all(r.step == 1 for r in (splits.train, splits.validation, splits.holdout))
+
+
+def test_relatives_are_exact() -> None:
+    table = make_table()
+    market = build_market(table, **SETTINGS)
+    prices = table.prices
+    expected = (prices[WARMUP_DAYS:] / prices[WARMUP_DAYS - 1 : -1]).astype(np.float32)
+    assert np.array_equal(market.relatives.numpy(), expected)
+    index = table.benchmark
+    assert index is not None and market.benchmark is not None
+    expected_index = (index[WARMUP_DAYS:] / index[WARMUP_DAYS - 1 : -1]).astype(np.float32)
+    assert np.array_equal(market.benchmark.numpy(), expected_index)
+
+
+def test_no_benchmark_when_the_table_has_none() -> None:
+    assert build_market(make_table(benchmark=False), **SETTINGS).benchmark is None
+
+
+def test_raw_features_follow_their_definitions() -> None:
+    prices = make_table(num_days=200).prices
+    raw = raw_features(prices)  # (T, N, K)
+    log_price = np.log(prices)
+    t = 150
+    np.testing.assert_allclose(raw[t, :, 0], log_price[t] - log_price[t - 1], rtol=1e-12)
+    np.testing.assert_allclose(raw[t, :, 1], log_price[t] - log_price[t - 5], rtol=1e-12)
+    np.testing.assert_allclose(raw[t, :, 2], log_price[t] - log_price[t - 21], rtol=1e-12)
+    daily = np.diff(log_price, axis=0)[t - 21 : t]  # the 21 daily returns ending on day t
+    np.testing.assert_allclose(raw[t, :, 3], daily.std(axis=0), rtol=1e-9)
+    assert np.all(np.abs(raw[WARMUP_DAYS:, :, 4]) <= 1.0)
+
+
+def test_rsi_and_macd_signs_on_trends() -> None:
+    days = np.arange(200, dtype=np.float64)[:, None]
+    prices = np.hstack([np.exp(0.01 * days), np.exp(-0.01 * days), np.full_like(days, 7.0)])  # up, down, flat
+    raw = raw_features(prices)[WARMUP_DAYS:]
+    np.testing.assert_allclose(raw[:, 0, 4], 1.0)
+    np.testing.assert_allclose(raw[:, 1, 4], -1.0)
+    np.testing.assert_array_equal(raw[:, 2], 0.0)
+    assert (raw[:, 0, 5] > 0).all() and (raw[:, 1, 5] < 0).all()
+
+
+def test_constant_prices_give_finite_features() -> None:
+    table = make_table()
+    prices = table.prices.copy()
+    prices[:, 1] = 3.0
+    market = build_market(replace_prices(table, prices), **SETTINGS)
+    assert torch.isfinite(market.features).all()
+    assert (market.features[:, 1] == 0).all()
+
+
+def test_raw_features_are_causal() -> None:
+    prices = make_table(num_days=300).prices
+    t = 180
+    changed = prices.copy()
+    changed[t + 1 :] *= np.random.default_rng(1).uniform(0.5, 2.0, size=changed[t + 1 :].shape)
+    before, after = raw_features(prices), raw_features(changed)
+    assert np.array_equal(before[: t + 1], after[: t + 1], equal_nan=True)
+    assert not np.array_equal(before[t + 1 :], after[t + 1 :], equal_nan=True)
+
+
+def test_changing_holdout_prices_leaves_train_and_validation_features_bit_identical() -> None:
+    table = make_table()
+    base = build_market(table, **SETTINGS)
+    holdout_rows = WARMUP_DAYS + base.splits.holdout.start  # first holdout row of the raw table
+    prices = table.prices.copy()
+    prices[holdout_rows:] *= np.random.default_rng(2).uniform(0.5, 2.0, size=prices[holdout_rows:].shape)
+    changed = build_market(replace_prices(table, prices), **SETTINGS)
+    assert changed.splits == base.splits
+    kept = slice(0, base.splits.validation.stop)
+    assert torch.equal(base.features[kept], changed.features[kept])
+    assert torch.equal(base.relatives[kept], changed.relatives[kept])
+    assert not torch.equal(base.features[base.splits.holdout], changed.features[changed.splits.holdout])
+
+
+def test_normalisation_uses_training_rows_only() -> None:
+    table = make_table(num_days=1500, seed=3)
+    # Ten times the volatility after the training range: normalising with those rows would show.
+    market_rows = 1500 - WARMUP_DAYS
+    train_stop = market_rows - SETTINGS["validation_days"] - SETTINGS["holdout_days"]
+    log_price = np.log(table.prices)
+    steps = np.diff(log_price, axis=0)
+    steps[WARMUP_DAYS + train_stop - 1 :] *= 10.0
+    prices = np.exp(np.concatenate([log_price[:1], log_price[:1] + np.cumsum(steps, axis=0)]))
+    market = build_market(replace_prices(table, prices), **SETTINGS)
+    assert market.splits.train.stop == train_stop
+
+    train = market.features[market.splits.train].double()  # (T_train, N, K)
+    torch.testing.assert_close(train.mean(dim=0), torch.zeros_like(train[0]), atol=2e-3, rtol=0)
+    torch.testing.assert_close(train.std(dim=0, correction=0), torch.ones_like(train[0]), atol=5e-3, rtol=0)
+    volatility = FEATURE_NAMES.index("volatility_21d")
+    assert market.features[market.splits.holdout, :, volatility].mean() > 3.0
+
+
+def test_the_smallest_table_that_fits() -> None:
+    market = build_market(make_table(num_days=NEEDED), **SETTINGS)
+    assert market.splits.train.stop == SETTINGS["lookback"] + SETTINGS["episode_days"]
+
+
+def test_too_few_rows_names_the_numbers_and_settings() -> None:
+    with pytest.raises(DataError) as info:
+        build_market(make_table(num_days=NEEDED - 1), **SETTINGS)
+    message = str(info.value)
+    assert f"has {NEEDED - 1} rows" in message
+    assert f"needs at least {NEEDED}" in message
+    for phrase in ("env.lookback 10", "env.episode_days 20", "data.validation_days 50", "data.holdout_days 50"):
+        assert phrase in message
+    assert f"{WARMUP_DAYS} feature warm-up" in message
+    assert "\n" not in message
+
+
+def test_bundled_data_set_market() -> None:
+    table = load_prices(tickers=["AAPL", "KO", "XOM"], start="2012-01-01")
+    market = build_market(table, lookback=16, episode_days=21, validation_days=126, holdout_days=126)
+    assert market.num_days == table.num_days - WARMUP_DAYS
+    assert market.benchmark is not None and torch.isfinite(market.benchmark).all()
+    assert torch.isfinite(market.features).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tensors_on_cuda() -> None:
+    market = build_market(make_table(), **SETTINGS, device="cuda")
+    assert market.features.is_cuda and market.relatives.is_cuda and market.benchmark is not None
+    assert market.benchmark.is_cuda and market.device.type == "cuda"
+    cpu = build_market(make_table(), **SETTINGS)
+    assert torch.equal(market.features.cpu(), cpu.features)

@@ -1,0 +1,615 @@
+"""The on-disk format of a run directory: one folder per checkpointed generation, committed atomically.
+
+Layout::
+
+    RUN_DIR/config.json                      written by the caller
+    RUN_DIR/metrics.jsonl                    see ``utils.jsonl``
+    RUN_DIR/gen-000012/<name>.safetensors    one file per tensor group
+    RUN_DIR/gen-000012/<name>.json           one file per JSON document
+    RUN_DIR/gen-000012/manifest.json         written last: format_version, generation, size and sha256 of every file
+    RUN_DIR/LATEST                           "gen-000012\\n", replaced atomically once the folder is in place
+
+A generation folder exists only if its manifest parses, has this format version and its own generation number,
+and every file it names is present with the recorded size. Files are written into a hidden temporary sibling
+(``.gen-000012.tmp-<pid>``) and the folder is renamed into place, so a crash leaves either the previous state or
+the new one, plus a stale temporary folder that ``prune_generations`` removes.
+
+Loading never unpickles: tensors go through safetensors, everything else through ``json``, and every file's size
+and SHA-256 are checked against the manifest before its bytes reach a parser.
+
+JSON documents must be JSON-native values (dicts with ``str`` keys, lists, tuples, ``str``, ``int``, ``float``,
+``bool``, ``None``; tuples come back as lists) and every float must be finite: ``write_generation`` raises
+``ValueError`` naming the offending path (for example ``documents['evolution']['fitness'][3]``) before anything is
+written. Anything that must survive a resume bit for bit and may hold NaN or infinity (fitness, losses) belongs in a
+tensor group, which stores it exactly.
+Non-``str`` dict keys are refused for the same reason: ``json`` would silently turn ``{1: x}`` into ``{"1": x}``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from utils.errors import CheckpointError
+
+FORMAT_VERSION: int = 1
+
+MANIFEST_NAME = "manifest.json"
+LATEST_NAME = "LATEST"
+TENSORS_SUFFIX = ".safetensors"
+DOCUMENT_SUFFIX = ".json"
+PAUSE_ENV = "ERL_CHECKPOINT_PAUSE"
+
+_GEN_DIR_RE = re.compile(r"gen-(\d{6,})")
+_STALE_RE = re.compile(r"\.(?:gen-\d{6,}|LATEST)\.(?:tmp|old)-(\d+)")
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+_HASH_CHUNK = 1024 * 1024
+
+# The run directory of the write in progress, for the test-only pause marker (keeps ``_pause_point(name)`` simple).
+_pause_run_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar("_pause_run_dir", default=None)
+
+
+@dataclass(frozen=True)
+class GenerationFiles:
+    """A complete generation folder, ready to read.
+
+    Attributes:
+        path: The generation folder.
+        generation: Its generation number.
+        manifest: The parsed manifest (``format_version``, ``generation``, ``files``: name → ``size``, ``sha256``).
+    """
+
+    path: Path
+    generation: int
+    manifest: dict
+
+    @property
+    def tensor_names(self) -> list[str]:
+        """Names of the tensor groups, for ``read_tensors``."""
+        return sorted(n[: -len(TENSORS_SUFFIX)] for n in self.manifest["files"] if n.endswith(TENSORS_SUFFIX))
+
+    @property
+    def document_names(self) -> list[str]:
+        """Names of the JSON documents, for ``read_document``."""
+        return sorted(n[: -len(DOCUMENT_SUFFIX)] for n in self.manifest["files"] if n.endswith(DOCUMENT_SUFFIX))
+
+
+def generation_dirname(generation: int) -> str:
+    """The folder name of a generation: ``generation_dirname(12) == "gen-000012"``."""
+    if type(generation) is not int or generation < 0:
+        raise ValueError(f"generation must be a non-negative int, got {generation!r}")
+    return f"gen-{generation:06d}"
+
+
+def _parse_dirname(name: str) -> int | None:
+    """The generation a canonical folder name stands for, else None."""
+    match = _GEN_DIR_RE.fullmatch(name)
+    if match is None:
+        return None
+    generation = int(match.group(1))
+    return generation if generation_dirname(generation) == name else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _pause_point(name: str) -> None:
+    """Test-only crash hook, a no-op unless ``ERL_CHECKPOINT_PAUSE`` equals ``name``.
+
+    ``write_generation`` calls it at "files-written", "manifest-written", "renamed" and "latest-written". When the
+    environment variable names the point, it creates ``RUN_DIR/.paused-<name>`` and sleeps forever, so a test can
+    SIGKILL the writer exactly there. Never set the variable outside tests.
+    """
+    if os.environ.get(PAUSE_ENV) != name:
+        return
+    run_dir = _pause_run_dir.get()
+    if run_dir is not None:
+        (run_dir / f".paused-{name}").touch()
+    while True:
+        time.sleep(3600)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as err:  # some filesystems cannot fsync a directory; the rename is still atomic there
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"{what} name {name!r} must be a plain file name stem matching {_NAME_RE.pattern}")
+
+
+def _check_json_value(value: Any, where: str) -> None:
+    """Refuse what ``json`` would not round-trip: non-finite floats, non-str keys, unknown types."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value!r}; JSON documents hold finite floats only (store it in a tensor)")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where} has key {key!r} of type {type(key).__name__}; JSON keys must be str")
+            _check_json_value(item, f"{where}[{key!r}]")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json_value(item, f"{where}[{i}]")
+        return
+    raise ValueError(f"{where} is a {type(value).__name__}, which is not a JSON value (convert it, e.g. with .item())")
+
+
+def _tensor_group_bytes(name: str, group: dict[str, torch.Tensor]) -> bytes:
+    if not isinstance(group, dict):
+        raise ValueError(f"tensor group {name!r} must be a dict of str to torch.Tensor, got {type(group).__name__}")
+    prepared: dict[str, torch.Tensor] = {}
+    seen_storages: set[int] = set()
+    for key, tensor in group.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"tensor group {name!r} has key {key!r}; keys must be non-empty str")
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"tensor group {name!r} key {key!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        tensor = tensor.detach().to("cpu").contiguous()
+        # safetensors refuses overlapping tensors that share a storage (views of one stacked buffer); copy those.
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr != 0 and ptr in seen_storages:
+            tensor = tensor.clone()
+            ptr = tensor.untyped_storage().data_ptr()
+        seen_storages.add(ptr)
+        prepared[key] = tensor
+    return safetensors.torch.save(prepared)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def write_generation(
+    run_dir: Path,
+    generation: int,
+    *,
+    tensors: dict[str, dict[str, torch.Tensor]],
+    documents: dict[str, Any],
+) -> Path:
+    """Write one generation folder atomically and point ``LATEST`` at it.
+
+    Every file goes into a temporary sibling folder and is fsynced; ``manifest.json`` is written last; the folder is
+    renamed into place (an existing folder of that generation is renamed aside first and deleted after), then
+    ``LATEST`` is replaced atomically. A crash at any moment leaves the previous complete generations readable.
+    If writing fails with an exception, the temporary folder is removed.
+
+    Args:
+        run_dir: The run directory (created if missing).
+        generation: The generation number, >= 0.
+        tensors: Group name → flat dict of tensors (``{"actor": {"encoder.0.weight": t, ...}}``); each group becomes
+            ``<name>.safetensors``. Tensors are detached, moved to CPU and made contiguous; any dtype safetensors
+            knows, generator states (uint8) included, round-trips exactly.
+        documents: Document name → JSON-native value; each becomes ``<name>.json``. Floats must be finite and dict
+            keys ``str`` (see the module docstring); ``ValueError`` otherwise, before anything is written.
+
+    Returns:
+        The final generation folder.
+
+    Raises:
+        ValueError: A bad name, a value that is not a tensor, or a document that JSON cannot hold exactly.
+    """
+    run_dir = Path(run_dir)
+    dirname = generation_dirname(generation)
+
+    # Serialise everything first, so a bad value fails before the disk is touched.
+    payloads: dict[str, bytes] = {}
+    for name, group in tensors.items():
+        _check_name(name, "tensor group")
+        payloads[name + TENSORS_SUFFIX] = _tensor_group_bytes(name, group)
+    for name, document in documents.items():
+        _check_name(name, "document")
+        if name + DOCUMENT_SUFFIX == MANIFEST_NAME:
+            raise ValueError(f"document name {name!r} is reserved for the manifest")
+        _check_json_value(document, f"documents[{name!r}]")
+        payloads[name + DOCUMENT_SUFFIX] = json.dumps(document, allow_nan=False, separators=(",", ":")).encode()
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "generation": generation,
+        "files": {
+            file_name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for file_name, data in sorted(payloads.items())
+        },
+    }
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    token = _pause_run_dir.set(run_dir)
+    try:
+        pid = os.getpid()
+        final_dir = run_dir / dirname
+        tmp_dir = run_dir / f".{dirname}.tmp-{pid}"
+        old_dir = run_dir / f".{dirname}.old-{pid}"
+        _remove_tree(tmp_dir)
+        tmp_dir.mkdir()
+        try:
+            for file_name, data in payloads.items():
+                _write_durably(tmp_dir / file_name, data)
+            _pause_point("files-written")
+            _write_durably(tmp_dir / MANIFEST_NAME, (json.dumps(manifest, indent=2) + "\n").encode())
+            _fsync_dir(tmp_dir)
+            _pause_point("manifest-written")
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+
+        replaced = final_dir.exists() or final_dir.is_symlink()
+        if replaced:
+            _remove_tree(old_dir)
+            final_dir.rename(old_dir)
+        tmp_dir.rename(final_dir)
+        _fsync_dir(run_dir)
+        if replaced:
+            _remove_tree(old_dir)
+        _pause_point("renamed")
+
+        latest_tmp = run_dir / f".{LATEST_NAME}.tmp-{pid}"
+        _remove_tree(latest_tmp)
+        _write_durably(latest_tmp, (dirname + "\n").encode())
+        os.replace(latest_tmp, run_dir / LATEST_NAME)
+        _fsync_dir(run_dir)
+        _pause_point("latest-written")
+    finally:
+        _pause_run_dir.reset(token)
+    return final_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Finding complete generations
+
+
+def _check_file_name(name: Any, manifest_path: Path) -> None:
+    if (
+        not isinstance(name, str)
+        or _NAME_RE.fullmatch(name) is None
+        or name == MANIFEST_NAME
+        or not (name.endswith(TENSORS_SUFFIX) or name.endswith(DOCUMENT_SUFFIX))
+    ):
+        raise CheckpointError(
+            f"unsafe or unknown file name {name!r} in {manifest_path}: the manifest may only name plain "
+            f"'*{TENSORS_SUFFIX}' or '*{DOCUMENT_SUFFIX}' files inside the generation folder"
+        )
+
+
+def _load_manifest(gen_dir: Path) -> dict:
+    """Parse and validate ``gen_dir/manifest.json`` (no file checks); CheckpointError naming the manifest if bad."""
+    path = gen_dir / MANIFEST_NAME
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{path} is not a regular file")
+        if st.st_size > _MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{path} is implausibly large ({st.st_size} bytes)")
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME}: the generation was not completely written") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"checkpoint manifest {path} is not a JSON object")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION or type(version) is not int:
+        raise CheckpointError(
+            f"checkpoint manifest {path} has format_version {version!r}; this program reads version {FORMAT_VERSION}"
+        )
+    generation = manifest.get("generation")
+    if type(generation) is not int or generation < 0:
+        raise CheckpointError(f"checkpoint manifest {path} has a bad generation {generation!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint manifest {path} has no 'files' object")
+    for name, entry in files.items():
+        _check_file_name(name, path)
+        if (
+            not isinstance(entry, dict)
+            or type(entry.get("size")) is not int
+            or entry["size"] < 0
+            or not isinstance(entry.get("sha256"), str)
+            or _SHA256_RE.fullmatch(entry["sha256"]) is None
+        ):
+            raise CheckpointError(f"checkpoint manifest {path} has a bad entry for {name!r}: {entry!r}")
+    expected = _parse_dirname(gen_dir.name)
+    if expected is not None and generation != expected:
+        raise CheckpointError(f"checkpoint manifest {path} says generation {generation}, the folder says {expected}")
+    return manifest
+
+
+def _file_problem(gen_dir: Path, name: str, size: int) -> str | None:
+    """Why ``gen_dir/name`` does not match the manifest's size (cheap: no hashing), else None."""
+    path = gen_dir / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_size != size:
+        return f"{path} has {st.st_size} bytes, the manifest says {size} (truncated or overwritten)"
+    return None
+
+
+def _load_complete_manifest(gen_dir: Path) -> dict:
+    manifest = _load_manifest(gen_dir)
+    for name, entry in manifest["files"].items():
+        problem = _file_problem(gen_dir, name, entry["size"])
+        if problem is not None:
+            raise CheckpointError(f"checkpoint {gen_dir} is incomplete: {problem}")
+    return manifest
+
+
+def complete_generations(run_dir: Path) -> list[int]:
+    """Generations in ``run_dir`` whose folder is complete, ascending.
+
+    Complete means: a canonical ``gen-NNNNNN`` folder whose manifest parses, has this format version and the
+    folder's generation, and names only files that exist with the recorded sizes. Hashes are not checked here.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for entry in run_dir.iterdir():
+        generation = _parse_dirname(entry.name)
+        if generation is None or not entry.is_dir():
+            continue
+        try:
+            _load_complete_manifest(entry)
+        except CheckpointError:
+            continue
+        found.append(generation)
+    return sorted(found)
+
+
+def _latest_pointer(run_dir: Path) -> int | None:
+    """The generation ``LATEST`` names, complete or not; None if missing or malformed."""
+    try:
+        text = (run_dir / LATEST_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _parse_dirname(text.strip())
+
+
+def latest_generation(run_dir: Path) -> int | None:
+    """The generation to resume from: the one ``LATEST`` names if complete, else the newest complete, else None."""
+    run_dir = Path(run_dir)
+    complete = complete_generations(run_dir)
+    pointer = _latest_pointer(run_dir)
+    if pointer is not None and pointer in complete:
+        return pointer
+    return complete[-1] if complete else None
+
+
+def open_generation(run_dir_or_generation_dir: Path, generation: int | None = None) -> GenerationFiles:
+    """Open a complete generation for reading.
+
+    Args:
+        run_dir_or_generation_dir: A run directory, or one generation's folder (recognised by its ``gen-NNNNNN``
+            name or by holding a ``manifest.json``).
+        generation: Which generation of a run directory; None means ``latest_generation``. With a generation
+            folder it must match, if given.
+
+    Raises:
+        CheckpointError: Nothing complete to open, or the folder is missing, incomplete or its manifest is bad.
+    """
+    path = Path(run_dir_or_generation_dir)
+    if not path.is_dir():
+        raise CheckpointError(f"no checkpoint at {path}: not a directory")
+    if _parse_dirname(path.name) is not None or (path / MANIFEST_NAME).exists():
+        gen_dir = path
+    else:
+        if generation is None:
+            generation = latest_generation(path)
+            if generation is None:
+                raise CheckpointError(f"no complete checkpoint generation in {path}")
+        gen_dir = path / generation_dirname(generation)
+        if not gen_dir.is_dir():
+            raise CheckpointError(f"no checkpoint for generation {generation} in {path} (no folder {gen_dir.name})")
+    manifest = _load_complete_manifest(gen_dir)
+    if generation is not None and manifest["generation"] != generation:
+        raise CheckpointError(f"{gen_dir} holds generation {manifest['generation']}, not {generation}")
+    return GenerationFiles(path=gen_dir, generation=manifest["generation"], manifest=manifest)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _read_verified(gen: GenerationFiles, file_name: str, what: str) -> bytes:
+    """The bytes of one file, after checking its size and SHA-256 against the manifest."""
+    entry = gen.manifest["files"].get(file_name)
+    if entry is None:
+        raise CheckpointError(f"checkpoint {gen.path} has no {what} (no {file_name} in its manifest)")
+    path = gen.path / file_name
+    problem = _file_problem(gen.path, file_name, entry["size"])
+    if problem is not None:
+        raise CheckpointError(f"checkpoint file {problem}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(entry["size"] + 1)
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint file {path}: {err}") from None
+    if len(data) != entry["size"]:
+        raise CheckpointError(f"checkpoint file {path} has {len(data)} bytes, the manifest says {entry['size']}")
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise CheckpointError(f"checkpoint file {path} is corrupt: its SHA-256 does not match the manifest")
+    return data
+
+
+def read_tensors(
+    gen: GenerationFiles,
+    name: str,
+    *,
+    keys: Iterable[str] | None = None,
+    device: str | torch.device = "cpu",
+) -> dict[str, torch.Tensor]:
+    """Read one tensor group, after verifying the file's size and SHA-256.
+
+    Args:
+        gen: From ``open_generation``.
+        name: The group name given to ``write_generation``.
+        keys: Only these keys (in this order); None reads all.
+        device: Where to put the tensors.
+
+    Raises:
+        CheckpointError: The group is missing, the file is truncated or corrupt, not safetensors, or lacks a key.
+    """
+    if isinstance(keys, str):
+        raise TypeError("keys must be an iterable of str, not a single str")
+    file_name = name + TENSORS_SUFFIX
+    path = gen.path / file_name
+    data = _read_verified(gen, file_name, f"tensor group {name!r}")
+    try:
+        loaded = safetensors.torch.load(data)
+    except Exception as err:  # the parser's errors vary by version; any of them means "not a safetensors file"
+        raise CheckpointError(f"checkpoint file {path} is not a valid safetensors file: {err}") from None
+    if keys is not None:
+        wanted = list(keys)
+        missing = [k for k in wanted if k not in loaded]
+        if missing:
+            raise CheckpointError(f"checkpoint file {path} lacks tensors {missing}")
+        loaded = {k: loaded[k] for k in wanted}
+    if torch.device(device).type != "cpu":
+        loaded = {k: t.to(device) for k, t in loaded.items()}
+    return loaded
+
+
+def read_document(gen: GenerationFiles, name: str) -> Any:
+    """Read one JSON document, after verifying the file's size and SHA-256.
+
+    Raises:
+        CheckpointError: The document is missing, the file is truncated or corrupt, or not JSON.
+    """
+    file_name = name + DOCUMENT_SUFFIX
+    data = _read_verified(gen, file_name, f"document {name!r}")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint file {gen.path / file_name} is not valid JSON: {err}") from None
+
+
+def _sha256_of_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_generation(gen_dir: Path) -> list[str]:
+    """Every problem with one generation folder, hashing every file; an empty list means it is intact.
+
+    Reports a bad or missing manifest, missing, truncated, non-regular or unexpected files, and hash mismatches.
+    """
+    gen_dir = Path(gen_dir)
+    if not gen_dir.is_dir():
+        return [f"{gen_dir} is not a directory"]
+    try:
+        manifest = _load_manifest(gen_dir)
+    except CheckpointError as err:
+        return [str(err)]
+    problems = []
+    for name, entry in sorted(manifest["files"].items()):
+        problem = _file_problem(gen_dir, name, entry["size"])
+        if problem is None and _sha256_of_file(gen_dir / name) != entry["sha256"]:
+            problem = f"{gen_dir / name} is corrupt: its SHA-256 does not match the manifest"
+        if problem is not None:
+            problems.append(problem)
+    expected = set(manifest["files"]) | {MANIFEST_NAME}
+    for entry in sorted(gen_dir.iterdir()):
+        if entry.name not in expected:
+            problems.append(f"{entry} is not named in the manifest")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pruning
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers: this process is not writing while it prunes
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] = ()) -> list[int]:
+    """Delete complete generations older than the last ``keep_last``, and stale temporary files.
+
+    Never deletes a generation in ``protect``, the one ``LATEST`` names, the one ``latest_generation`` returns (so
+    never the only complete one), nor incomplete ``gen-NNNNNN`` folders (left for inspection). Temporary folders
+    and files of processes that are no longer running (or of this process) are removed. Do not call it while this
+    process is in ``write_generation`` on another thread.
+
+    Returns:
+        The generations deleted, ascending.
+    """
+    if type(keep_last) is not int or keep_last < 0:
+        raise ValueError(f"keep_last must be a non-negative int, got {keep_last!r}")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    complete = complete_generations(run_dir)
+    keep = set(protect) | set(complete[len(complete) - keep_last :] if keep_last else [])
+    keep.add(_latest_pointer(run_dir))
+    keep.add(latest_generation(run_dir))
+    pid = os.getpid()
+    deleted = []
+    for generation in complete:
+        if generation in keep:
+            continue
+        dirname = generation_dirname(generation)
+        # Rename first, so an interrupted delete leaves a stale folder rather than a half-deleted generation.
+        trash = run_dir / f".{dirname}.old-{pid}"
+        _remove_tree(trash)
+        (run_dir / dirname).rename(trash)
+        shutil.rmtree(trash)
+        deleted.append(generation)
+    for entry in run_dir.iterdir():
+        match = _STALE_RE.fullmatch(entry.name)
+        if match is not None and not _pid_alive(int(match.group(1))):
+            _remove_tree(entry)
+    if deleted:
+        _fsync_dir(run_dir)
+    return deleted

@@ -1,0 +1,117 @@
+"""The append-only metrics file: one JSON object per line, durable line by line.
+
+A row counts once its newline is on disk. A crash mid-write leaves a trailing partial line: ``read_rows`` ignores
+it and the next ``append_row`` cuts it off before writing. Non-finite floats (a diverged loss) are written as
+``null``, so every line is strict JSON that ``jq`` or pandas can read; ``NaN`` and ``Infinity`` do not come back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from utils.errors import CheckpointError
+
+_SCAN_CHUNK = 64 * 1024
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
+def _committed_length(f, end: int) -> int:
+    """The length of the file up to and including its last newline (0 if it has none)."""
+    pos = end
+    while pos > 0:
+        start = max(0, pos - _SCAN_CHUNK)
+        f.seek(start)
+        newline = f.read(pos - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        pos = start
+    return 0
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append one row as a JSON line, flushed and fsynced; a trailing partial line from a crash is cut off first.
+
+    Non-finite floats become ``null``. Raises ``TypeError`` for values ``json`` cannot encode.
+    """
+    if not isinstance(row, dict):
+        raise TypeError(f"a metrics row must be a dict, got {type(row).__name__}")
+    line = (json.dumps(_finite_or_null(row), allow_nan=False, separators=(",", ":")) + "\n").encode()
+    with open(path, "a+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end > 0:
+            f.seek(end - 1)
+            if f.read(1) != b"\n":
+                f.truncate(_committed_length(f, end))
+        f.write(line)  # "a" mode: always at the end, whatever the read position
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _committed_lines(path: Path) -> list[tuple[bytes, dict]]:
+    """(raw line, parsed row) for every complete line; [] if the file does not exist."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")[:-1]  # the last piece is a partial line, or empty
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            row = json.loads(raw)
+        except ValueError as err:
+            raise CheckpointError(f"{path} line {number} is not valid JSON: {err}") from None
+        if not isinstance(row, dict):
+            raise CheckpointError(f"{path} line {number} is not a JSON object")
+        out.append((raw, row))
+    return out
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Every complete row, in order; a trailing partial line is ignored and a missing file gives [].
+
+    Raises:
+        CheckpointError: A complete line that is not a JSON object (the file is corrupt).
+    """
+    return [row for _, row in _committed_lines(path)]
+
+
+def truncate_rows(path: Path, *, max_generation: int) -> None:
+    """Atomically rewrite the file keeping only rows whose ``"generation"`` is <= ``max_generation`` (for resume).
+
+    Rows without a numeric ``"generation"`` are dropped, as is a trailing partial line; kept lines are copied byte
+    for byte. A missing file stays missing.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = [
+        raw
+        for raw, row in _committed_lines(path)
+        if isinstance(row.get("generation"), (int, float))
+        and not isinstance(row["generation"], bool)
+        and row["generation"] <= max_generation
+    ]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(b"".join(line + b"\n" for line in kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
