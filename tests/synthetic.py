@@ -39,3 +39,28 @@ def make_market(
 def random_simplex(*shape: int, generator: torch.Generator) -> torch.Tensor:
     """Random points on the simplex of the last dimension."""
     return torch.softmax(2 * torch.randn(*shape, generator=generator), dim=-1)
+
+
+def momentum_prices(*, num_days: int = 1100, num_assets: int = 4, persistence: float = 0.9, seed: int = 0):
+    """Prices where one "hot" asset rises each day and usually stays hot the next day.
+
+    The hot asset gains about 1% a day, the others lose about 0.2%, with 0.5% noise; each day the hot
+    asset stays the same with probability ``persistence``. Today's one-day return reveals it, so a
+    policy that reads its features can hold tomorrow's best asset most days.
+
+    Returns:
+        A wide pandas DataFrame with a ``Date`` column and one price column per asset.
+    """
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    hot = np.zeros(num_days, dtype=int)
+    for t in range(1, num_days):
+        hot[t] = hot[t - 1] if rng.random() < persistence else rng.integers(num_assets)
+    log_returns = rng.normal(-0.002, 0.005, size=(num_days, num_assets))
+    log_returns[np.arange(num_days), hot] += 0.012
+    prices = 100 * np.exp(np.cumsum(log_returns, axis=0))
+    frame = pd.DataFrame(prices, columns=[f"S{i}" for i in range(num_assets)])
+    frame.insert(0, "Date", pd.bdate_range("2000-01-03", periods=num_days).strftime("%Y-%m-%d"))
+    return frame

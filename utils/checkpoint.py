@@ -591,7 +591,7 @@ def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] =
     if not run_dir.is_dir():
         return []
     complete = complete_generations(run_dir)
-    keep = set(protect) | set(complete[len(complete) - keep_last :] if keep_last else [])
+    keep = set(protect) | set(complete[max(0, len(complete) - keep_last) :] if keep_last else [])
     keep.add(_latest_pointer(run_dir))
     keep.add(latest_generation(run_dir))
     pid = os.getpid()

@@ -414,6 +414,13 @@ def test_prune_keeps_last_protected_and_latest(tmp_path):
         prune_generations(tmp_path, keep_last=-1)
 
 
+def test_prune_keeps_everything_while_fewer_than_keep_last_exist(tmp_path):
+    _write(tmp_path, 1)
+    _write(tmp_path, 2)
+    assert prune_generations(tmp_path, keep_last=3) == []
+    assert complete_generations(tmp_path) == [1, 2]
+
+
 def test_prune_never_deletes_the_only_complete_generation_even_if_latest_is_broken(tmp_path):
     _write(tmp_path, 1)
     gen2 = _write(tmp_path, 2)

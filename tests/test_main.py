@@ -1,0 +1,107 @@
+"""The command line as a user meets it: bad input is one line on stderr, exit status 2, nothing written."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "main.py"), *args, "--no-progress"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr
+    for phrase in phrases:
+        assert phrase in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "phrases"),
+    [
+        (["--set", "ddpg.tauu=0.1"], ["ddpg.tauu"]),
+        (["--set", "nosuch.key=1"], ["nosuch.key"]),
+        (["--set", "ddpg.tau=fast"], ["ddpg.tau", "float", "'fast'"]),
+        (["--set", "evolution.popsize=2.5"], ["evolution.popsize", "int"]),
+        (["--set", "evolution.fitness=best"], ["evolution.fitness", "mean_log_return"]),
+        (["--set", "ddpg.tau"], ["dotted.key=value"]),
+        (["--set", "evolution.elites=99"], ["evolution.elites"]),
+        (["--preset", "huge"], ["huge", "smoke"]),
+        (["--bogus-flag"], ["--bogus-flag"]),
+        (["--generations", "many"], ["--generations"]),
+    ],
+)
+def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
+    result = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(result, *phrases)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "phrases"),
+    [
+        ("Date,AAA,BBB\n2020-01-02,1,2\nnot-a-date,1,2\n", ["not-a-date"]),
+        ("Date,AAA,BBB\n2020-01-02,1,2\n2020-01-03,abc,2\n", ["AAA", "abc"]),
+        ("Date,AAA,BBB\n2020-01-02,1,2\n2020-01-03,-1,2\n", ["AAA", "2020-01-03"]),
+        ("Date,AAA\n2020-01-02,1\n2020-01-02,2\n", ["2020-01-02"]),
+        ("", ["prices.csv"]),
+    ],
+)
+def test_malformed_data_file_is_one_line_and_writes_nothing(tmp_path, content, phrases):
+    (tmp_path / "prices.csv").write_text(content)
+    result = run_cli("--data", str(tmp_path / "prices.csv"), "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
+    assert_one_line_error(result, *phrases)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prices.csv"]
+
+
+def test_missing_data_file(tmp_path):
+    result = run_cli("--data", str(tmp_path / "nope.csv"), cwd=tmp_path)
+    assert_one_line_error(result, "nope.csv")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_with_nothing_to_resume_is_an_error_not_a_fresh_start(tmp_path):
+    result = run_cli("--resume", "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
+    assert_one_line_error(result, "nothing to resume")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_refuses_to_change_the_run_settings(tmp_path):
+    runs = str(tmp_path / "runs")
+    first = run_cli(
+        "--preset", "smoke", "--generations", "1", "--checkpoint-uri", runs, "--run-name", "r", cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.name for p in (tmp_path / "runs" / "r").iterdir())
+    result = run_cli("--resume", "--checkpoint-uri", runs, "--set", "env.lookback=5", cwd=tmp_path)
+    assert_one_line_error(result, "env.lookback")
+    assert sorted(p.name for p in (tmp_path / "runs" / "r").iterdir()) == before
+
+
+def test_starting_over_an_existing_run_is_refused(tmp_path):
+    runs = str(tmp_path / "runs")
+    args = ("--preset", "smoke", "--generations", "1", "--checkpoint-uri", runs, "--run-name", "r")
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert_one_line_error(run_cli(*args, cwd=tmp_path), "already exists")
+
+
+def test_help_lists_every_config_key_with_its_meaning(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "main.py"), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    assert "ddpg.tau" in result.stdout
+    assert "Polyak coefficient" in result.stdout
