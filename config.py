@@ -220,6 +220,14 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """Seed, device, length of the run."""
 
+    def __post_init__(self) -> None:
+        for key in ("validation_days", "holdout_days"):
+            _require(
+                getattr(self.data, key) >= self.env.episode_days,
+                f"data.{key}",
+                f"must hold at least one episode (env.episode_days = {self.env.episode_days})",
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

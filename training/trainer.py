@@ -300,7 +300,7 @@ class Trainer:
 
         ``latest_row`` is this generation's metrics row, not yet in ``metrics.jsonl``.
         """
-        history = jsonl.read_rows(self.metrics_path) + ([latest_row] if latest_row else [])
+        history = jsonl.read_rows(self.metrics_path) + ([jsonl.finite_or_null(latest_row)] if latest_row else [])
         state = {
             "format_version": checkpoint.FORMAT_VERSION,
             "generation": self.generation,

@@ -18,13 +18,14 @@ from utils.errors import CheckpointError
 _SCAN_CHUNK = 64 * 1024
 
 
-def _finite_or_null(value: Any) -> Any:
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every non-finite float (in nested dicts and lists too) replaced by None."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
+        return {key: finite_or_null(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_or_null(item) for item in value]
+        return [finite_or_null(item) for item in value]
     return value
 
 
@@ -48,7 +49,7 @@ def append_row(path: Path, row: dict) -> None:
     """
     if not isinstance(row, dict):
         raise TypeError(f"a metrics row must be a dict, got {type(row).__name__}")
-    line = (json.dumps(_finite_or_null(row), allow_nan=False, separators=(",", ":")) + "\n").encode()
+    line = (json.dumps(finite_or_null(row), allow_nan=False, separators=(",", ":")) + "\n").encode()
     with open(path, "a+b") as f:
         end = f.seek(0, os.SEEK_END)
         if end > 0:

@@ -165,3 +165,20 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
     # The reported score is the champion's own, recomputed on the same windows.
     scores = validate(trainer.population, trainer.validation_env, trainer.validation_starts)
     assert float(scores[-1]) == pytest.approx(trainer.champion_score, abs=1e-5)
+
+
+def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, monkeypatch):
+    import training.trainer as trainer_module
+    from models.ddpg import UpdateLosses
+
+    def diverged(population, batch, **kwargs):
+        nan = torch.full((population.popsize,), float("nan"))
+        return UpdateLosses(nan, nan)
+
+    monkeypatch.setattr(trainer_module, "ddpg_update", diverged)
+    config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2})
+    trainer = start_run(config, log=lambda line: None)
+    trainer.run(until=2)
+    assert [row["critic_loss"] for row in rows(trainer.run_dir)] == [None, None]
+    history = checkpoint.read_document(checkpoint.open_generation(trainer.run_dir), "history")
+    assert [row["critic_loss"] for row in history] == [None, None]

@@ -1,0 +1,87 @@
+import dataclasses
+import json
+
+import pytest
+
+import config
+from config import Config, override, parse_assignments, preset
+from utils.errors import ConfigError
+
+
+def test_every_field_has_a_one_line_doc():
+    docs = config.field_docs()
+    for section in dataclasses.fields(Config):
+        for field in dataclasses.fields(getattr(Config(), section.name)):
+            key = f"{section.name}.{field.name}"
+            assert docs.get(key), f"{key} has no docstring"
+            assert "\n" not in docs[key]
+
+
+@pytest.mark.parametrize("name", ["smoke", "default", "paper"])
+def test_presets_are_valid_and_round_trip_through_json(name):
+    cfg = preset(name)
+    assert Config.from_dict(json.loads(cfg.to_json())) == cfg
+
+
+def test_presets_have_the_promised_scale():
+    smoke, paper = preset("smoke"), preset("paper")
+    assert smoke.runtime.generations == 3
+    assert paper.evolution.popsize >= 16
+    assert paper.env.lookback >= 252
+    assert paper.ddpg.buffer_size == 1_000_000
+    assert paper.data.tickers == ()  # every asset of the data set
+
+
+def test_override_converts_strings_to_the_field_types():
+    cfg = override(
+        Config(),
+        parse_assignments(
+            [
+                "ddpg.tau=0.01",
+                "evolution.popsize=8",
+                "runtime.progress=false",
+                "data.tickers=AAPL, KO",
+                "evolution.fitness=sharpe",
+            ]
+        ),
+    )
+    assert cfg.ddpg.tau == 0.01
+    assert cfg.evolution.popsize == 8
+    assert cfg.runtime.progress is False
+    assert cfg.data.tickers == ("AAPL", "KO")
+    assert cfg.evolution.fitness == "sharpe"
+    assert Config().ddpg.tau == 0.005  # the original is untouched (frozen)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "phrase"),
+    [
+        ("ddpg.tauu", "0.1", "unknown config key 'ddpg.tauu'"),
+        ("ddpg", "0.1", "unknown config key 'ddpg'"),
+        ("ddpg.tau", "abc", "config key ddpg.tau expects float"),
+        ("ddpg.tau", "nan", "config key ddpg.tau expects float"),
+        ("evolution.popsize", "1.5", "expects int"),
+        ("runtime.progress", "maybe", "expects bool"),
+        ("evolution.fitness", "best", "one of mean_log_return|sharpe|worst_k"),
+        ("ddpg.tau", "0", "ddpg.tau"),
+        ("evolution.elites", "16", "evolution.elites"),
+        ("data.start", "2020-13-01", "data.start"),
+    ],
+)
+def test_bad_overrides_name_the_key(key, value, phrase):
+    with pytest.raises(ConfigError) as error:
+        override(Config(), {key: value})
+    assert phrase in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_validation_and_holdout_must_hold_an_episode():
+    with pytest.raises(ConfigError, match=r"data\.validation_days"):
+        override(Config(), {"data.validation_days": "10", "env.episode_days": "20"})
+
+
+def test_from_dict_rejects_unknown_keys():
+    values = Config().to_dict()
+    values["ddpg"]["mystery"] = 1
+    with pytest.raises(ConfigError, match=r"ddpg\.mystery"):
+        Config.from_dict(values)
