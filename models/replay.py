@@ -162,7 +162,8 @@ class ReplayBuffer:
     @torch.no_grad()
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         size, pos = int(state["size"]), int(state["pos"])
-        if not (0 <= size <= self.capacity and 0 <= pos < self.capacity):
+        # A ring that is not full has written 0 .. size - 1 and goes on at size.
+        if not (0 <= size <= self.capacity and 0 <= pos < self.capacity and (size == self.capacity or pos == size)):
             raise ValueError(f"replay state (size {size}, pos {pos}) does not fit capacity {self.capacity}")
         for key, target in self.storage.items():
             value = state[key]

@@ -6,7 +6,7 @@ stacked tensors.
 
 The rule, exactly: the ``elites`` fittest slots (ties broken by slot index) are kept bit for bit.
 Every other slot receives an offspring: a parent chosen by tournament (the fittest of
-``tournament_size`` slots drawn with replacement); with probability ``crossover_prob`` its actor is a
+``tournament_size`` distinct slots drawn at random); with probability ``crossover_prob`` its actor is a
 blend ``w * parent + (1 - w) * mate`` of that parent and a second tournament winner, the fitter of
 the two counting as the parent and ``w ~ U(0.5, 1)``; with probability ``mutation_prob`` a random
 ``mutation_fraction`` of its actor's entries get Gaussian noise of stdev ``mutation_stdev``. The
@@ -43,9 +43,10 @@ class EvolutionPlan(NamedTuple):
 
 @torch.no_grad()
 def tournament(fitness: torch.Tensor, count: int, *, size: int, generator: torch.Generator) -> torch.Tensor:
-    """``count`` winners (slot indices), each the fittest of ``size`` slots drawn with replacement."""
-    candidates = torch.randint(fitness.numel(), (count, size), generator=generator)
-    best = fitness[candidates].argmax(dim=1)
+    """``count`` winners (slot indices), each the fittest of ``size`` distinct slots drawn at random;
+    NaN fitness never wins."""
+    candidates = torch.rand(count, fitness.numel(), generator=generator).argsort(dim=1)[:, :size]
+    best = torch.nan_to_num(fitness[candidates], nan=-torch.inf).argmax(dim=1)
     return candidates[torch.arange(count), best]
 
 
@@ -72,8 +73,9 @@ def plan_generation(
     crossover = torch.rand(popsize, generator=generator) < crossover_prob
     weights = 0.5 + 0.5 * torch.rand(popsize, generator=generator)
     mutate = torch.rand(popsize, generator=generator) < mutation_prob
-    # The fitter of the two parents is the one whose critic and optimiser state the child inherits.
-    swap = fitness[mates] > fitness[parents]
+    # The fitter of the two parents of a blend is the one whose critic and optimiser state the child
+    # inherits; a plain copy keeps its one tournament winner.
+    swap = crossover & (fitness[mates] > fitness[parents])
     parents, mates = torch.where(swap, mates, parents), torch.where(swap, parents, mates)
 
     crossover &= ~elite

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 
 import psutil
 import torch
@@ -61,8 +62,6 @@ class PhaseTimer:
             event.record()
             self._marks.append((name, event))
         else:
-            import time
-
             self._marks.append((name, time.perf_counter()))
 
     def durations(self) -> dict[str, float]:

@@ -1,0 +1,233 @@
+"""Batched networks equal P separate networks; the population changes only in place."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models.networks import Actor, Critic
+from models.population import Population
+from tests.synthetic import random_simplex
+
+P, M, N, WINDOW = 3, 5, 4, 6  # agents, batch, assets, L * K
+WIDTHS = dict(encoder_hidden=8, embedding=4, head_hidden=8)
+EXPLORATION = (0.05, 0.8)
+
+
+def _population(seed: int = 0, popsize: int = P) -> Population:
+    return Population(
+        popsize,
+        WINDOW,
+        **WIDTHS,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        exploration=EXPLORATION,
+        device="cpu",
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+@torch.no_grad()
+def _scramble(population: Population, seed: int) -> None:
+    """Give every agent tensor (targets and Adam moments included) distinct random values per slot."""
+    g = torch.Generator().manual_seed(seed)
+    for tensor in population.agent_tensors().values():
+        tensor.copy_(torch.randn(tensor.shape, generator=g))
+
+
+def _inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randn(1, M, N, WINDOW, generator=g)  # (1, M, N, L * K)
+    per_agent = torch.randn(P, M, N, WINDOW, generator=g)  # (P, M, N, L * K)
+    weights = random_simplex(P, M, N + 1, generator=g)  # (P, M, N + 1)
+    actions = random_simplex(P, M, N + 1, generator=g)
+    return shared, per_agent, weights, actions
+
+
+def _build(cls, popsize: int, seed: int):
+    net = cls(popsize, WINDOW, **WIDTHS)
+    net.reset_parameters(torch.Generator().manual_seed(seed))
+    return net
+
+
+@torch.no_grad()
+def _single(net, index: int):
+    """A P = 1 network holding slot ``index`` of ``net``."""
+    single = _build(type(net), 1, seed=99)
+    for target, source in zip(single.parameters(), net.parameters()):
+        target.copy_(source[index : index + 1])
+    return single
+
+
+@pytest.mark.parametrize("cls", [Actor, Critic])
+@pytest.mark.parametrize("shared_windows", [True, False], ids=["shared", "per_agent"])
+@torch.no_grad()
+def test_batched_forward_equals_each_agents_own_forward(cls, shared_windows):
+    net = _build(cls, P, seed=0)
+    shared, per_agent, weights, actions = _inputs()
+    windows = shared if shared_windows else per_agent
+    args = (weights,) if cls is Actor else (weights, actions)
+    batched = net(windows, *args)  # (P, M, N + 1) or (P, M)
+    assert batched.shape[:2] == (P, M)
+    for i in range(P):
+        agent_windows = windows if shared_windows else windows[i : i + 1]
+        own = _single(net, i)(agent_windows, *(a[i : i + 1] for a in args))
+        torch.testing.assert_close(batched[i : i + 1], own, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("cls", [Actor, Critic])
+@torch.no_grad()
+def test_changing_one_agent_leaves_the_others_outputs_alone(cls):
+    net = _build(cls, P, seed=0)
+    _shared, windows, weights, actions = _inputs()
+    args = (weights,) if cls is Actor else (weights, actions)
+    before = net(windows, *args)
+    for param in net.parameters():
+        param[1].add_(0.5)
+    after = net(windows, *args)
+    assert torch.equal(after[0], before[0])
+    assert torch.equal(after[2], before[2])
+    assert not torch.equal(after[1], before[1])
+
+
+@pytest.mark.parametrize("shared_windows", [True, False], ids=["shared", "per_agent"])
+@torch.no_grad()
+def test_actor_outputs_are_on_the_simplex(shared_windows):
+    actor = _build(Actor, P, seed=1)
+    shared, per_agent, weights, _ = _inputs(seed=1)
+    out = actor(shared if shared_windows else per_agent, weights)
+    assert out.shape == (P, M, N + 1)
+    assert (out >= 0).all()
+    torch.testing.assert_close(out.sum(-1), torch.ones(P, M))
+
+
+# --------------------------------------------------------------------------- population
+
+
+def _module_params(population: Population) -> dict[str, list[int]]:
+    modules = {
+        "actor": population.actor,
+        "critic": population.critic,
+        "actor_target": population.actor_target,
+        "critic_target": population.critic_target,
+        "champion": population.champion,
+    }
+    return {name: [id(p) for p in module.parameters()] for name, module in modules.items()}
+
+
+def test_clone_agent_copies_in_place_and_only_the_target_slot():
+    population = _population()
+    _scramble(population, seed=1)
+    before = {k: t.clone() for k, t in population.state_tensors().items()}
+    pointers = {k: t.data_ptr() for k, t in population.state_tensors().items()}
+    param_ids = _module_params(population)
+    count = population.num_parameters()
+    optim_ids = [id(p) for p in population.actor_optim.params + population.critic_optim.params]
+
+    population.clone_agent(0, 2)
+
+    after = population.state_tensors()
+    assert {k: t.data_ptr() for k, t in after.items()} == pointers
+    assert _module_params(population) == param_ids  # same count, same Parameter objects
+    assert population.num_parameters() == count
+    assert [id(p) for p in population.actor_optim.params + population.critic_optim.params] == optim_ids
+    agent_keys = set(population.agent_tensors())
+    # Actor, critic, both targets and both Adams' moments.
+    assert {k.split(".")[0] for k in agent_keys} == {
+        "actor",
+        "critic",
+        "actor_target",
+        "critic_target",
+        "actor_optim",
+        "critic_optim",
+    }
+    for key in agent_keys:
+        assert torch.equal(after[key][2], before[key][0]), key
+        assert torch.equal(after[key][0], before[key][0]), key
+        assert torch.equal(after[key][1], before[key][1]), key
+    # The exploration stdev belongs to the slot and the champion is not an agent: neither moves.
+    for key in set(after) - agent_keys:
+        assert torch.equal(after[key], before[key]), key
+
+
+def test_agent_state_dict_round_trip_and_copies():
+    population = _population()
+    _scramble(population, seed=2)
+    state = population.agent_state_dict(1)
+    assert set(state) == set(population.agent_tensors())
+    saved = {k: t.clone() for k, t in state.items()}
+    for tensor in state.values():  # the dict holds copies: mutating it leaves the population alone
+        tensor.add_(1.0)
+    for key, tensor in population.agent_tensors().items():
+        assert torch.equal(tensor[1], saved[key]), key
+
+    others = {k: t[[0, 1]].clone() for k, t in population.agent_tensors().items()}
+    population.load_agent_state_dict(2, saved)
+    for key, tensor in population.agent_tensors().items():
+        assert torch.equal(tensor[2], saved[key]), key
+        assert torch.equal(tensor[[0, 1]], others[key]), key
+
+    with pytest.raises(KeyError):
+        population.load_agent_state_dict(0, {k: v for k, v in saved.items() if not k.startswith("critic.")})
+
+
+def test_state_tensors_round_trip_into_another_population():
+    source = _population(seed=0)
+    _scramble(source, seed=3)
+    target = _population(seed=7)
+    assert not torch.equal(source.actor.encoder.mlp.layers[0].weight, target.actor.encoder.mlp.layers[0].weight)
+    pointers = {k: t.data_ptr() for k, t in target.state_tensors().items()}
+
+    target.load_state_tensors(source.state_tensors())
+
+    own = target.state_tensors()
+    assert set(own) == set(source.state_tensors())
+    for key, tensor in source.state_tensors().items():
+        assert torch.equal(own[key], tensor), key
+    assert {k: t.data_ptr() for k, t in own.items()} == pointers
+
+
+def test_load_state_tensors_rejects_a_wrong_shape_or_key():
+    population = _population()
+    good = {k: t.clone() for k, t in population.state_tensors().items()}
+    wrong_shape = dict(good, **{"critic.value_head.layers.0.weight": torch.zeros(P, 1, 1)})
+    with pytest.raises(ValueError, match=r"critic\.value_head\.layers\.0\.weight"):
+        population.load_state_tensors(wrong_shape)
+    missing = {k: v for k, v in good.items() if k != "exploration_stdev"}
+    with pytest.raises(KeyError):
+        population.load_state_tensors(missing)
+    with pytest.raises(KeyError):
+        population.load_state_tensors(dict(good, extra=torch.zeros(1)))
+    # A bigger population's tensors do not fit either.
+    with pytest.raises(ValueError):
+        population.load_state_tensors(_population(popsize=P + 1).state_tensors())
+
+
+def test_crown_copies_the_actor_slot_into_the_champion():
+    population = _population()
+    _scramble(population, seed=4)
+    population.crown(2)
+    actor = dict(population.actor.named_parameters())
+    champion = dict(population.champion.named_parameters())
+    assert set(actor) == set(champion)
+    for name, tensor in champion.items():
+        assert tensor.shape[0] == 1
+        assert torch.equal(tensor[0], actor[name][2]), name
+    shared, _, weights, _ = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(population.champion(shared, weights[2:3]), population.actor(shared, weights)[2:3])
+
+
+@pytest.mark.parametrize("popsize", [2, 5])
+def test_exploration_stdevs_are_log_spaced_per_slot(popsize):
+    population = _population(popsize=popsize)
+    stdevs = population.exploration_stdev
+    assert stdevs.shape == (popsize,)
+    low, high = EXPLORATION
+    assert stdevs[0].item() == pytest.approx(low, rel=1e-5)
+    assert stdevs[-1].item() == pytest.approx(high, rel=1e-5)
+    logs = stdevs.double().log()
+    steps = logs[1:] - logs[:-1]
+    torch.testing.assert_close(steps, torch.full_like(steps, math.log(high / low) / (popsize - 1)), rtol=1e-4, atol=0)

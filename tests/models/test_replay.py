@@ -1,0 +1,206 @@
+"""The replay ring: wrap-around, observations rebuilt exactly, size independent of L and K, state round trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from environment.observation import WindowGatherer
+from environment.vector_env import VectorPortfolioEnv
+from models.replay import ReplayBuffer
+from tests.synthetic import make_market, random_simplex
+
+LOOKBACK = 4
+
+
+def _buffer(market, capacity: int, *, lookback: int = LOOKBACK, sample_shape=(2, 3)) -> ReplayBuffer:
+    gatherer = WindowGatherer(market.features, lookback)
+    return ReplayBuffer(capacity, market.num_assets, gatherer, sample_shape=sample_shape, device="cpu")
+
+
+def _transitions(count: int, num_assets: int, *, first: int = 0) -> dict[str, torch.Tensor]:
+    """``count`` transitions numbered ``first, first + 1, ...``: the number is the reward, so ring order shows."""
+    g = torch.Generator().manual_seed(first)
+    number = torch.arange(first, first + count)
+    return dict(
+        days=LOOKBACK - 1 + number,
+        weights=random_simplex(count, num_assets + 1, generator=g),
+        actions=random_simplex(count, num_assets + 1, generator=g),
+        rewards=number.float(),
+        next_weights=random_simplex(count, num_assets + 1, generator=g),
+        terminated=number % 3 == 0,
+        truncated=number % 2 == 0,
+    )
+
+
+def _one_at_a_time(market, capacity: int, counts: list[int]) -> ReplayBuffer:
+    """The reference ring: every transition added on its own."""
+    buffer = _buffer(market, capacity)
+    first = 0
+    for count in counts:
+        batch = _transitions(count, market.num_assets, first=first)
+        for i in range(count):
+            buffer.add(**{k: v[i : i + 1] for k, v in batch.items()})
+        first += count
+    return buffer
+
+
+def test_wrap_around_keeps_the_newest_in_ring_order(market):
+    buffer = _buffer(market, capacity=10)
+    buffer.add(**_transitions(7, market.num_assets))
+    assert (len(buffer), buffer.pos) == (7, 7)
+    buffer.add(**_transitions(7, market.num_assets, first=7))
+    assert (len(buffer), buffer.pos) == (10, 4)
+    # Transitions 4..13 survive; transition t sits at position t % 10.
+    assert buffer.storage["rewards"].tolist() == [10, 11, 12, 13, 4, 5, 6, 7, 8, 9]
+    reference = _one_at_a_time(market, 10, [7, 7])
+    for key, tensor in buffer.storage.items():
+        assert torch.equal(tensor, reference.storage[key]), key
+
+
+@pytest.mark.parametrize("counts", [[23], [4, 23], [10, 10]])
+def test_an_add_larger_than_capacity_keeps_the_newest(market, counts):
+    buffer = _buffer(market, capacity=10)
+    first = 0
+    for count in counts:
+        buffer.add(**_transitions(count, market.num_assets, first=first))
+        first += count
+    reference = _one_at_a_time(market, 10, counts)
+    assert (buffer.size, buffer.pos) == (reference.size, reference.pos) == (10, first % 10)
+    assert sorted(buffer.storage["rewards"].tolist()) == list(range(first - 10, first))
+    for key, tensor in buffer.storage.items():
+        assert torch.equal(tensor, reference.storage[key]), key
+
+
+def test_sampled_observations_are_the_ones_the_agents_saw(market):
+    agents, episodes, days = 2, 3, 5
+    env = VectorPortfolioEnv(
+        market, num_agents=agents, num_episodes=episodes, episode_days=days, lookback=LOOKBACK, cost_rate=0.001
+    )
+    per_step = agents * episodes
+    buffer = ReplayBuffer(
+        per_step * days + 7, market.num_assets, env.gatherer, sample_shape=(agents, episodes), device="cpu"
+    )
+    g = torch.Generator().manual_seed(0)
+    obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
+    seen, steps = [], []
+    while obs is not None:
+        seen.append((obs.windows.clone(), obs.weights.clone()))  # the env reuses its arrays
+        actions = random_simplex(agents, episodes, market.num_assets + 1, generator=g)
+        step, obs = env.step(actions)
+        steps.append(step)
+        buffer.add(
+            days=step.days,
+            weights=step.weights,
+            actions=step.actions,
+            rewards=step.rewards,
+            next_weights=step.next_weights,
+            terminated=False,
+            truncated=step.truncated,
+        )
+    assert len(steps) == days and len(buffer) == per_step * days
+
+    for t, step in enumerate(steps):
+        # Insertion order is step-major, then agent, then episode.
+        index = t * per_step + torch.arange(agents).view(-1, 1) * episodes + torch.arange(episodes).view(1, -1)
+        batch = buffer.gather(index)  # (P, E, ...)
+        windows, weights = seen[t]
+        if t + 1 < days:
+            next_windows = seen[t + 1][0]
+        else:  # the window ended: the next observation is the one the market would have shown
+            next_windows = torch.stack(
+                [
+                    market.features[d - LOOKBACK + 1 : d + 1].permute(1, 0, 2).reshape(market.num_assets, -1)
+                    for d in (step.days + 1).tolist()
+                ]
+            )
+        assert torch.equal(batch.windows, windows.expand(agents, -1, -1, -1))
+        assert torch.equal(batch.weights, weights)
+        assert torch.equal(batch.actions, step.actions)
+        assert torch.equal(batch.rewards, step.rewards)
+        assert torch.equal(batch.next_windows, next_windows.expand(agents, -1, -1, -1))
+        assert torch.equal(batch.next_weights, step.next_weights)
+        if t + 1 < days:
+            assert torch.equal(batch.next_weights, seen[t + 1][1])
+        assert torch.equal(batch.truncated, torch.full((agents, episodes), float(t == days - 1)))
+        assert not batch.terminated.any()
+
+
+def test_bytes_per_transition_depend_on_assets_only():
+    sizes = set()
+    for num_features in (2, 7):
+        market = make_market(num_days=80, num_assets=3, num_features=num_features, train_days=50, validation_days=15)
+        for lookback in (2, 16):
+            buffer = _buffer(market, 64, lookback=lookback)
+            assert buffer.gatherer.window_size == lookback * num_features
+            sizes.add((buffer.bytes_per_transition, buffer.nbytes))
+    assert len(sizes) == 1
+    (per_transition, nbytes), *_ = sizes
+    assert nbytes == 64 * per_transition
+    more_assets = make_market(num_days=80, num_assets=9, num_features=2, train_days=50, validation_days=15)
+    bigger = _buffer(more_assets, 64)
+    assert bigger.bytes_per_transition > per_transition
+    # Three (N + 1) float32 vectors per transition: 12 bytes more per extra asset.
+    assert bigger.bytes_per_transition - per_transition == 12 * (9 - 3)
+
+
+@pytest.mark.parametrize("count", [6, 27], ids=["partial", "wrapped"])
+def test_state_dict_round_trip(market, count):
+    source = _buffer(market, 10)
+    source.add(**_transitions(count, market.num_assets))
+    target = _buffer(market, 10)
+    target.add(**_transitions(9, market.num_assets, first=100))  # stale content must not survive the load
+    target.load_state_dict({k: v.clone() for k, v in source.state_dict().items()})
+    assert (target.size, target.pos) == (source.size, source.pos)
+    for key, tensor in source.storage.items():
+        assert torch.equal(target.storage[key], tensor), key
+    # Both rings go on identically: the same samples, the same next writes.
+    for buffer in (source, target):
+        buffer.add(**_transitions(3, market.num_assets, first=200))
+    for key, tensor in source.storage.items():
+        assert torch.equal(target.storage[key], tensor), key
+    a = source.sample(torch.Generator().manual_seed(5))
+    b = target.sample(torch.Generator().manual_seed(5))
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+def test_a_state_that_does_not_fit_raises(market):
+    full = _buffer(market, 10)
+    full.add(**_transitions(13, market.num_assets))
+    small = _buffer(market, 8)
+    with pytest.raises(ValueError):  # 10 transitions in a ring of 8
+        small.load_state_dict(full.state_dict())
+    other = make_market(num_assets=5)
+    with pytest.raises(ValueError):  # N + 1 = 6 weights where the ring holds 5
+        _buffer(other, 10).load_state_dict(full.state_dict())
+    state = full.state_dict()
+    state["pos"] = torch.tensor(10)
+    with pytest.raises(ValueError):
+        _buffer(market, 10).load_state_dict(state)
+
+
+def test_a_wrapped_ring_does_not_fit_a_bigger_one(market):
+    """A full ring of 10 whose oldest transition sits at pos 3 is no partial ring of 20 (there pos == size)."""
+    full = _buffer(market, 10)
+    full.add(**_transitions(13, market.num_assets))
+    bigger = _buffer(market, 20)
+    with pytest.raises(ValueError):
+        bigger.load_state_dict(full.state_dict())
+
+
+def test_sample_is_seeded_and_reuses_its_buffers(market):
+    buffer = _buffer(market, 50, sample_shape=(3, 4))
+    buffer.add(**_transitions(40, market.num_assets))
+    first = buffer.sample(torch.Generator().manual_seed(11))
+    first_values = [t.clone() for t in first]
+    pointers = (first.windows.data_ptr(), first.next_windows.data_ptr())
+    assert first.windows.shape == (3, 4, market.num_assets, LOOKBACK * market.num_features)
+    again = buffer.sample(torch.Generator().manual_seed(11))
+    for x, y in zip(first_values, again):
+        assert torch.equal(x, y)
+    other = buffer.sample(torch.Generator().manual_seed(12))
+    assert (other.windows.data_ptr(), other.next_windows.data_ptr()) == pointers
+    assert not torch.equal(other.rewards, first_values[3])
+    with pytest.raises(RuntimeError):
+        _buffer(market, 5).sample(torch.Generator().manual_seed(0))
