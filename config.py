@@ -80,8 +80,8 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DDPGConfig:
-    gamma: float = 0.99
-    """Discount factor of the critic's TD target."""
+    gamma: float = 0.9
+    """Discount factor of the TD target (0.9: with small costs the task is nearly myopic; longer horizons add noise)."""
     tau: float = 0.005
     """Polyak coefficient: target <- target + tau * (online - target) after every update."""
     actor_lr: float = 3e-4

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import Any, NoReturn
 
@@ -76,17 +77,32 @@ def train(argv: list[str]) -> int:
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
     from training.runs import resume_run, start_run  # heavy imports after the flags are known good
+    from training.trainer import RunStopped
     from utils.progress import GenerationProgress
+    from utils.signals import StopRequest
 
-    with GenerationProgress(enabled=config.runtime.progress) as progress:
+    with StopRequest() as stop, GenerationProgress(enabled=config.runtime.progress) as progress:
         if args.resume:
-            trainer, config = resume_run(config, explicit, log=progress.write)
+            trainer, config = resume_run(config, explicit, log=progress.write, should_stop=stop)
         else:
-            trainer = start_run(config, log=progress.write)
+            trainer = start_run(config, log=progress.write, should_stop=stop)
         progress.reset(total=config.runtime.generations, initial=trainer.generation)
-        trainer.run(until=config.runtime.generations, on_generation=lambda row: progress.update())
+        try:
+            trainer.run(until=config.runtime.generations, on_generation=lambda row: progress.update())
+        except RunStopped as stopped:
+            progress.write(
+                f"stopped by {stop.name} after generation {stopped.generation}; the last complete checkpoint is "
+                f"{trainer.run_dir}/gen-{stopped.generation:06d}. Resume with:\n  {_resume_command(trainer)}"
+            )
+            return 128 + (stop.signum or 0)
     progress.write(f"done: {trainer.run_dir} at generation {trainer.generation}")
     return 0
+
+
+def _resume_command(trainer: Any) -> str:
+    cfg = trainer.config.checkpoint
+    words = ["python", "main.py", "--resume", "--checkpoint-uri", cfg.uri, "--run-name", cfg.run_name]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,9 @@ def runs_root(config: Config) -> Path:
     return Path(uri)
 
 
-def start_run(config: Config, *, log: Callable[[str], None] = print) -> Trainer:
+def start_run(
+    config: Config, *, log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False
+) -> Trainer:
     """Build everything, then create the run folder and write its config."""
     root = runs_root(config)
     name = config.checkpoint.run_name or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
@@ -71,7 +73,7 @@ def start_run(config: Config, *, log: Callable[[str], None] = print) -> Trainer:
     config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(config.to_json() + "\n")
-    trainer = Trainer(config, market, run_dir, log=log)
+    trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop)
     log(f"run {run_dir} | {market.num_assets} assets x {market.num_days} days | device {device}")
     return trainer
 
@@ -95,7 +97,11 @@ def find_run(root: Path, run_name: str = "") -> Path:
 
 
 def resume_run(
-    config: Config, explicit: dict[str, Any], *, log: Callable[[str], None] = print
+    config: Config,
+    explicit: dict[str, Any],
+    *,
+    log: Callable[[str], None] = print,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[Trainer, Config]:
     """Continue the most recent (or ``--run-name``) run with its own config.
 
@@ -125,7 +131,7 @@ def resume_run(
     device = resolve_device(resumed.runtime.device)
     market = load_market(resumed, device)
     generation_files = checkpoint.open_generation(run_dir)
-    trainer = Trainer(resumed, market, run_dir, log=log)
+    trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
     trainer.restore(generation_files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
     return trainer, resumed

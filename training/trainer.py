@@ -64,6 +64,14 @@ MEASURED_KEYS = frozenset(
 """Metrics that measure the machine, not the run: they differ between identical runs."""
 
 
+class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
+    """A stop was requested; ``generation`` is the last complete (checkpointed) generation."""
+
+    def __init__(self, generation: int) -> None:
+        super().__init__(f"stopped after generation {generation}")
+        self.generation = generation
+
+
 def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generator]:
     """One generator per stream, seeded from independent children of ``seed``."""
     children = np.random.SeedSequence(seed).spawn(len(GENERATORS))
@@ -93,10 +101,21 @@ class Trainer:
         market: built from ``config.data`` on ``device``.
         run_dir: local run folder (created by the caller; checkpoints and metrics go here).
         log: where the per-generation line goes.
+        should_stop: polled at safe points; once it returns True the unfinished generation is abandoned
+            (its checkpoint is never written) and ``run`` raises ``RunStopped``.
     """
 
-    def __init__(self, config: Config, market: Market, run_dir: Path, *, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        config: Config,
+        market: Market,
+        run_dir: Path,
+        *,
+        log: Callable[[str], None] = print,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.config = config
+        self.should_stop = should_stop
         self.market = market
         self.run_dir = Path(run_dir)
         self.log = log
@@ -167,6 +186,7 @@ class Trainer:
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Run generations until ``self.generation == until``, checkpointing each one."""
         while self.generation < until:
+            self._check_stop()
             row = self.run_generation()
             if on_generation is not None:
                 on_generation(row)
@@ -191,6 +211,7 @@ class Trainer:
             returns_per_episode[:, self.fitness_episodes], kind=cfg.evolution.fitness, worst_k=cfg.evolution.worst_k
         )
         self._timer.mark("evaluate_s")
+        self._check_stop()
 
         # 2) validate: agents and champion on the same walk-forward windows
         scores = validate(self.population, self.validation_env, self.validation_starts)  # (P + 1,)
@@ -233,6 +254,7 @@ class Trainer:
         self._critic_loss_sum.zero_()
         self._actor_loss_sum.zero_()
         for _ in range(updates):
+            self._check_stop()
             batch = self.buffer.sample(self.generators["replay"])
             losses = ddpg_update(
                 self.population, batch, gamma=cfg.ddpg.gamma, tau=cfg.ddpg.tau, max_grad_norm=cfg.ddpg.max_grad_norm
@@ -275,6 +297,10 @@ class Trainer:
         jsonl.append_row(self.metrics_path, row)
         self.log(self.format_line(row))
         return row
+
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise RunStopped(self.generation)
 
     def _sample_train_starts(self) -> torch.Tensor:
         picks = torch.randint(

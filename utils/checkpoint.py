@@ -62,8 +62,8 @@ _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 _HASH_CHUNK = 1024 * 1024
 
-# The run directory of the write in progress, for the test-only pause marker (keeps ``_pause_point(name)`` simple).
-_pause_run_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar("_pause_run_dir", default=None)
+# The run directory and generation of the write in progress, for the test-only pause hook.
+_pause_run_dir: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.ContextVar("_pause_run_dir", default=None)
 
 
 @dataclass(frozen=True)
@@ -112,17 +112,19 @@ def _parse_dirname(name: str) -> int | None:
 
 
 def _pause_point(name: str) -> None:
-    """Test-only crash hook, a no-op unless ``ERL_CHECKPOINT_PAUSE`` equals ``name``.
+    """Test-only crash hook, a no-op unless ``ERL_CHECKPOINT_PAUSE`` names this point.
 
     ``write_generation`` calls it at "files-written", "manifest-written", "renamed" and "latest-written". When the
-    environment variable names the point, it creates ``RUN_DIR/.paused-<name>`` and sleeps forever, so a test can
-    SIGKILL the writer exactly there. Never set the variable outside tests.
+    environment variable is ``<name>`` (any generation) or ``<name>@<generation>``, it creates
+    ``RUN_DIR/.paused-<name>`` and sleeps forever, so a test can SIGKILL the writer exactly there. Never set the
+    variable outside tests.
     """
-    if os.environ.get(PAUSE_ENV) != name:
+    wanted, _, generation = os.environ.get(PAUSE_ENV, "").partition("@")
+    target = _pause_run_dir.get()
+    if wanted != name or (generation and (target is None or int(generation) != target[1])):
         return
-    run_dir = _pause_run_dir.get()
-    if run_dir is not None:
-        (run_dir / f".paused-{name}").touch()
+    if target is not None:
+        (target[0] / f".paused-{name}").touch()
     while True:
         time.sleep(3600)
 
@@ -252,7 +254,7 @@ def write_generation(
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    token = _pause_run_dir.set(run_dir)
+    token = _pause_run_dir.set((run_dir, generation))
     try:
         pid = os.getpid()
         final_dir = run_dir / dirname
@@ -416,6 +418,23 @@ def latest_generation(run_dir: Path) -> int | None:
     return complete[-1] if complete else None
 
 
+def read_manifest(gen_dir: Path) -> GenerationFiles:
+    """A generation folder with a valid manifest, whatever the state of its files (for inspecting damage).
+
+    Unlike ``open_generation`` this does not check that the files exist with their recorded sizes; ``read_tensors``
+    and ``read_document`` still verify each file they read, and ``file_problems`` lists what is wrong.
+
+    Raises:
+        CheckpointError: The folder is missing, or its manifest is missing, unreadable, of another format version or
+            names another generation.
+    """
+    gen_dir = Path(gen_dir)
+    if not gen_dir.is_dir():
+        raise CheckpointError(f"no checkpoint at {gen_dir}: not a directory")
+    manifest = _load_manifest(gen_dir)
+    return GenerationFiles(path=gen_dir, generation=manifest["generation"], manifest=manifest)
+
+
 def open_generation(run_dir_or_generation_dir: Path, generation: int | None = None) -> GenerationFiles:
     """Open a complete generation for reading.
 
@@ -532,6 +551,27 @@ def _sha256_of_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def file_problems(gen: GenerationFiles) -> dict[str, str | None]:
+    """What is wrong with each file of a generation folder, hashing every file by streaming (never parsing it).
+
+    Returns:
+        Every file the manifest names, in sorted order, then every other entry of the folder: name → None if the
+        file matches its manifest entry (size and SHA-256), else a one-line problem naming the path (missing, not
+        a regular file, truncated, corrupt, or not named in the manifest).
+    """
+    problems: dict[str, str | None] = {}
+    for name, entry in sorted(gen.manifest["files"].items()):
+        problem = _file_problem(gen.path, name, entry["size"])
+        if problem is None and _sha256_of_file(gen.path / name) != entry["sha256"]:
+            problem = f"{gen.path / name} is corrupt: its SHA-256 does not match the manifest"
+        problems[name] = problem
+    expected = set(gen.manifest["files"]) | {MANIFEST_NAME}
+    for entry in sorted(gen.path.iterdir()):
+        if entry.name not in expected:
+            problems[entry.name] = f"{entry} is not named in the manifest"
+    return problems
+
+
 def verify_generation(gen_dir: Path) -> list[str]:
     """Every problem with one generation folder, hashing every file; an empty list means it is intact.
 
@@ -541,21 +581,10 @@ def verify_generation(gen_dir: Path) -> list[str]:
     if not gen_dir.is_dir():
         return [f"{gen_dir} is not a directory"]
     try:
-        manifest = _load_manifest(gen_dir)
+        gen = read_manifest(gen_dir)
     except CheckpointError as err:
         return [str(err)]
-    problems = []
-    for name, entry in sorted(manifest["files"].items()):
-        problem = _file_problem(gen_dir, name, entry["size"])
-        if problem is None and _sha256_of_file(gen_dir / name) != entry["sha256"]:
-            problem = f"{gen_dir / name} is corrupt: its SHA-256 does not match the manifest"
-        if problem is not None:
-            problems.append(problem)
-    expected = set(manifest["files"]) | {MANIFEST_NAME}
-    for entry in sorted(gen_dir.iterdir()):
-        if entry.name not in expected:
-            problems.append(f"{entry} is not named in the manifest")
-    return problems
+    return [problem for problem in file_problems(gen).values() if problem is not None]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""Reading finished runs in tests: metrics rows, their deterministic part, and the parameters' digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from training.trainer import MEASURED_KEYS
+from utils import checkpoint
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def deterministic(row: dict) -> dict:
+    """A metrics row without the figures that measure the machine (timings, memory)."""
+    return {k: v for k, v in row.items() if k not in MEASURED_KEYS}
+
+
+def state_digest(run_dir: Path) -> str:
+    """SHA-256 over every tensor of the latest generation's population and replay files, in key order."""
+    gen = checkpoint.open_generation(run_dir)
+    digest = hashlib.sha256()
+    for name in ("population", "replay", "rng"):
+        tensors = checkpoint.read_tensors(gen, name)
+        for key in sorted(tensors):
+            digest.update(f"{name}.{key}".encode())
+            digest.update(tensors[key].contiguous().numpy().tobytes())
+    return digest.hexdigest()
