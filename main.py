@@ -46,6 +46,9 @@ def _train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-name", help="the run's folder name (default: a timestamp)")
     parser.add_argument("--local-dir", help="local write-ahead copy of gs:// runs (default: runs)")
     parser.add_argument("--resume", action="store_true", help="continue the most recent run (or --run-name)")
+    parser.add_argument(
+        "--resume-from", type=int, metavar="GEN", help="with --resume: continue from this complete generation"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -72,6 +75,8 @@ def train(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
     base = config_module.preset(args.preset)
     settings = _explicit_settings(args)
+    if args.resume_from is not None and not args.resume:
+        raise InputError("--resume-from needs --resume")
     config = config_module.override(base, settings)
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
@@ -83,7 +88,9 @@ def train(argv: list[str]) -> int:
 
     with StopRequest() as stop, GenerationProgress(enabled=config.runtime.progress) as progress:
         if args.resume:
-            trainer, config = resume_run(config, explicit, log=progress.write, should_stop=stop)
+            trainer, config = resume_run(
+                config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from
+            )
         else:
             trainer = start_run(config, log=progress.write, should_stop=stop)
         progress.reset(total=config.runtime.generations, initial=trainer.generation)

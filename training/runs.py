@@ -102,6 +102,7 @@ def resume_run(
     *,
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
+    resume_from: int | None = None,
 ) -> tuple[Trainer, Config]:
     """Continue the most recent (or ``--run-name``) run with its own config.
 
@@ -109,6 +110,7 @@ def resume_run(
         config: the config the command line asked for (only to find the run and to compare).
         explicit: the dotted settings the user gave on the command line; any outside
             ``RESUMABLE_CHANGES`` that differs from the run's config is an error.
+        resume_from: a complete generation to continue from instead of the latest.
     """
     run_dir = find_run(runs_root(config), config.checkpoint.run_name)
     try:
@@ -130,8 +132,43 @@ def resume_run(
     resumed = override(saved, changes)
     device = resolve_device(resumed.runtime.device)
     market = load_market(resumed, device)
-    generation_files = checkpoint.open_generation(run_dir)
+    generation = _generation_to_resume(run_dir, resume_from)
     trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
-    trainer.restore(generation_files)
+    try:
+        problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
+        if problems:
+            raise CheckpointError(problems[0])
+        trainer.restore(checkpoint.open_generation(run_dir, generation))
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}{_offer_earlier(run_dir, generation)}") from None
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
     return trainer, resumed
+
+
+def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:
+    """``wanted``, or the generation ``LATEST`` names, or a newer folder that carries a manifest but
+    does not validate. The writer renames a folder into place only with its manifest inside, so such a
+    folder was damaged after the fact: it is reported, not skipped."""
+    complete = checkpoint.complete_generations(run_dir)
+    if wanted is not None:
+        if wanted not in complete:
+            raise CheckpointError(f"--resume-from {wanted}: {run_dir} has no complete generation {wanted}")
+        return wanted
+    latest = checkpoint.latest_generation(run_dir)
+    for folder in sorted(run_dir.glob("gen-*"), reverse=True):
+        generation = int(folder.name[4:]) if folder.name[4:].isdigit() else -1
+        if latest is not None and generation <= latest:
+            break
+        if generation not in complete and (folder / checkpoint.MANIFEST_NAME).exists():
+            return generation
+    if latest is None:
+        raise CheckpointError(f"nothing to resume: {run_dir} has no complete generation")
+    return latest
+
+
+def _offer_earlier(run_dir: Path, generation: int) -> str:
+    """The newest generation before ``generation`` whose files all verify, as advice for the error line."""
+    for earlier in reversed(checkpoint.complete_generations(run_dir)):
+        if earlier < generation and not checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(earlier)):
+            return f"; generation {earlier} is intact: add --resume-from {earlier}"
+    return "; no earlier generation is intact"

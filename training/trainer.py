@@ -355,22 +355,27 @@ class Trainer:
         )
         return path
 
+    def _load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
+        for name, generator in self.generators.items():
+            generator.set_state(states[name])
+
     def restore(self, generation_files: checkpoint.GenerationFiles) -> None:
         """Load a complete generation into this trainer's existing storage."""
         where = generation_files.path
         state = checkpoint.read_document(generation_files, "state")
         if state.get("market_fingerprint") != self.fingerprint:
             raise CheckpointError(f"{where}: the market data differs from the data this run was trained on")
-        try:
-            self.population.load_state_tensors(
-                checkpoint.read_tensors(generation_files, "population", device=self.device)
-            )
-            self.buffer.load_state_dict(checkpoint.read_tensors(generation_files, "replay", device=self.device))
-            rng = checkpoint.read_tensors(generation_files, "rng")
-            for name, generator in self.generators.items():
-                generator.set_state(rng[name].cpu())
-        except (KeyError, ValueError, RuntimeError) as error:
-            raise CheckpointError(f"{where}: does not fit this config ({error})") from None
+        loaders = {
+            "population": self.population.load_state_tensors,
+            "replay": self.buffer.load_state_dict,
+            "rng": self._load_generator_states,
+        }
+        for name, load in loaders.items():
+            tensors = checkpoint.read_tensors(generation_files, name, device="cpu" if name == "rng" else self.device)
+            try:
+                load(tensors)
+            except (KeyError, ValueError, RuntimeError) as error:
+                raise CheckpointError(f"{where / name}.safetensors does not fit the run's config: {error}") from None
         self.population.actor_optim.steps = int(state["actor_optim_steps"])
         self.population.critic_optim.steps = int(state["critic_optim_steps"])
         self.generation = int(state["generation"])

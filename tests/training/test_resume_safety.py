@@ -1,0 +1,151 @@
+"""--resume on damaged or hostile checkpoints: one line naming the file, exit status 2, nothing executed
+or overwritten, and the newest intact generation offered."""
+
+import hashlib
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+import main
+from utils import checkpoint
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("trained")
+    args = ["--preset", "smoke", "--checkpoint-uri", str(root), "--run-name", "r", "--no-progress"]
+    assert main.main(args) == 0
+    return root
+
+
+@pytest.fixture
+def run(trained, tmp_path) -> Path:
+    """A private copy of the trained run, to damage."""
+    shutil.copytree(trained, tmp_path / "runs")
+    return tmp_path / "runs" / "r"
+
+
+def resume(run_dir: Path, capsys, *extra: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main.main(["--resume", "--checkpoint-uri", str(run_dir.parent), "--no-progress", *extra])
+    return code, capsys.readouterr().err.strip()
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def rewrite_manifest(gen_dir: Path, change) -> None:
+    path = gen_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def refresh_hash(gen_dir: Path, name: str) -> None:
+    """Make the manifest vouch for the file as it is now (what an attacker with write access would do)."""
+    data = (gen_dir / name).read_bytes()
+
+    def change(manifest):
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    rewrite_manifest(gen_dir, change)
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def assert_refused(code: int, err: str, *phrases: str) -> None:
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for phrase in phrases:
+        assert phrase in err, err
+
+
+def test_a_pickle_in_place_of_tensors_is_never_executed(run, capsys, tmp_path):
+    gen3 = run / "gen-000003"
+    marker = tmp_path / "pwned"
+    (gen3 / "population.safetensors").write_bytes(pickle.dumps(_Payload(marker)))
+    refresh_hash(gen3, "population.safetensors")
+    before = snapshot(run)
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "population.safetensors", "--resume-from 2")
+    assert not marker.exists()
+    assert snapshot(run) == before
+
+
+def test_a_flipped_byte_is_caught_before_parsing(run, capsys):
+    path = run / "gen-000003" / "replay.safetensors"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    before = snapshot(run)
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "replay.safetensors", "SHA-256", "--resume-from 2")
+    assert snapshot(run) == before
+
+
+def test_a_truncated_file_is_reported_not_skipped(run, capsys):
+    path = run / "gen-000003" / "population.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "population.safetensors", "--resume-from 2")
+
+
+def test_a_manifest_pointing_outside_its_folder(run, capsys):
+    def change(manifest):
+        manifest["files"]["../config.json"] = manifest["files"].pop("state.json")
+
+    rewrite_manifest(run / "gen-000003", change)
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "manifest.json", "--resume-from 2")
+
+
+def test_an_unknown_format_version(run, capsys):
+    rewrite_manifest(run / "gen-000003", lambda manifest: manifest.update(format_version=99))
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "manifest.json", "99", "--resume-from 2")
+
+
+def test_shapes_that_do_not_fit_the_config(run, capsys):
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["embedding"] += 1
+    (run / "config.json").write_text(json.dumps(config))
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "population.safetensors", "does not fit")
+
+
+def test_taking_the_offer_continues_from_the_intact_generation(run, capsys):
+    path = run / "gen-000003" / "replay.safetensors"
+    path.write_bytes(b"\0" * path.stat().st_size)
+    code, err = resume(run, capsys, "--resume-from", "2", "--generations", "4")
+    assert code == 0, err
+    assert checkpoint.latest_generation(run) == 4
+    assert checkpoint.verify_generation(run / "gen-000003") == []  # rewritten, not left damaged
+    assert [json.loads(line)["generation"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_a_missing_manifest_is_a_crash_leftover_and_is_ignored(run, capsys):
+    (run / "gen-000003" / "manifest.json").unlink()
+    (run / "LATEST").write_text("gen-000003\n")
+    code, err = resume(run, capsys, "--generations", "3")
+    assert code == 0, err
+    assert checkpoint.latest_generation(run) == 3
+
+
+def test_resume_from_a_generation_that_does_not_exist(run, capsys):
+    code, err = resume(run, capsys, "--resume-from", "9")
+    assert_refused(code, err, "no complete generation 9")
