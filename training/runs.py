@@ -6,10 +6,10 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,17 @@ def resume_run(
         resume_from: a complete generation to continue from instead of the latest.
     """
     run_dir = find_run(runs_root(config), config.checkpoint.run_name)
-    try:
-        saved = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{run_dir / 'config.json'}: cannot read the run's config ({error})") from None
+    generation = _generation_to_resume(run_dir, resume_from)
+    with _offering_earlier(run_dir, generation):
+        problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
+        if problems:
+            raise CheckpointError(problems[0])
+        files = checkpoint.open_generation(run_dir, generation)
+        state = checkpoint.read_document(files, "state")
+        try:  # the config the run had at this generation (an earlier resume may have extended it)
+            saved = Config.from_dict(state["config"])
+        except (KeyError, TypeError, ConfigError) as error:
+            raise CheckpointError(f"{files.path / 'state.json'}: no usable config ({error})") from None
     changes: dict[str, Any] = {}
     for key, value in explicit.items():
         section, _, name = key.partition(".")
@@ -132,15 +139,9 @@ def resume_run(
     resumed = override(saved, changes)
     device = resolve_device(resumed.runtime.device)
     market = load_market(resumed, device)
-    generation = _generation_to_resume(run_dir, resume_from)
     trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
-    try:
-        problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
-        if problems:
-            raise CheckpointError(problems[0])
-        trainer.restore(checkpoint.open_generation(run_dir, generation))
-    except CheckpointError as error:
-        raise CheckpointError(f"{error}{_offer_earlier(run_dir, generation)}") from None
+    with _offering_earlier(run_dir, generation):
+        trainer.restore(files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
     return trainer, resumed
 
@@ -166,9 +167,17 @@ def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:
     return latest
 
 
-def _offer_earlier(run_dir: Path, generation: int) -> str:
-    """The newest generation before ``generation`` whose files all verify, as advice for the error line."""
-    for earlier in reversed(checkpoint.complete_generations(run_dir)):
-        if earlier < generation and not checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(earlier)):
-            return f"; generation {earlier} is intact: add --resume-from {earlier}"
-    return "; no earlier generation is intact"
+@contextlib.contextmanager
+def _offering_earlier(run_dir: Path, generation: int) -> Iterator[None]:
+    """A CheckpointError raised inside gains the newest earlier generation whose files all verify."""
+    try:
+        yield
+    except CheckpointError as error:
+        offer = "; no earlier generation is intact"
+        for earlier in reversed(checkpoint.complete_generations(run_dir)):
+            if earlier < generation and not checkpoint.verify_generation(
+                run_dir / checkpoint.generation_dirname(earlier)
+            ):
+                offer = f"; generation {earlier} is intact: add --resume-from {earlier}"
+                break
+        raise CheckpointError(f"{error}{offer}") from None

@@ -116,11 +116,23 @@ def test_an_unknown_format_version(run, capsys):
 
 
 def test_shapes_that_do_not_fit_the_config(run, capsys):
-    config = json.loads((run / "config.json").read_text())
-    config["model"]["embedding"] += 1
-    (run / "config.json").write_text(json.dumps(config))
+    gen3 = run / "gen-000003"
+    state = json.loads((gen3 / "state.json").read_text())
+    state["config"]["model"]["embedding"] += 1
+    (gen3 / "state.json").write_text(json.dumps(state))
+    refresh_hash(gen3, "state.json")
     code, err = resume(run, capsys)
     assert_refused(code, err, "population.safetensors", "does not fit")
+
+
+def test_the_config_comes_from_the_checkpoint_so_an_extension_survives_the_next_resume(run, capsys):
+    code, err = resume(run, capsys, "--generations", "5")
+    assert code == 0, err
+    shutil.rmtree(run / "gen-000005")  # as if the pod died while writing generation 5
+    (run / "LATEST").write_text("gen-000004\n")
+    code, err = resume(run, capsys)  # no --generations: generation 4 knows the run now ends at 5
+    assert code == 0, err
+    assert checkpoint.latest_generation(run) == 5
 
 
 def test_taking_the_offer_continues_from_the_intact_generation(run, capsys):
