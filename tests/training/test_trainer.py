@@ -182,3 +182,14 @@ def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, mon
     assert [row["critic_loss"] for row in rows(trainer.run_dir)] == [None, None]
     history = checkpoint.read_document(checkpoint.open_generation(trainer.run_dir), "history")
     assert [row["critic_loss"] for row in history] == [None, None]
+
+
+def test_retention_keeps_the_last_generations_and_the_champions(tmp_path):
+    config = override(
+        preset("smoke"),
+        {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 5, "runtime.seed": 7},
+    )
+    trainer = start_run(config, log=lambda line: None)
+    trainer.run(until=5)
+    assert trainer.champion_generation < 5  # seed 7: the champion was found early
+    assert checkpoint.complete_generations(trainer.run_dir) == [trainer.champion_generation, 5]
