@@ -115,6 +115,14 @@ def _resume_command(trainer: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv and argv[0] == "inspect":
+            from training import inspection
+
+            return inspection.main(argv[1:])
+        if argv and argv[0] == "export":
+            from training import export
+
+            return export.main(argv[1:])
         return train(argv)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)

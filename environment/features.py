@@ -11,7 +11,8 @@ Every feature is causal: the value on day ``t`` uses prices up to and including 
 The exponential averages (RSI, MACD) have no finite window, so the warm-up counts them as full after
 three spans of the slowest one, when the days before the data start would weigh under 0.3 %. The
 first ``WARMUP_DAYS`` rows are dropped; then each (asset, feature) is z-scored with the mean and
-standard deviation of the training rows only and clipped to [-5, 5].
+standard deviation of the training rows only and clipped to [-5, 5]; the ``Market`` keeps those
+statistics (``feature_mean``, ``feature_std``) so the same normalisation can be applied elsewhere.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ _VOLATILITY_WINDOW = 21
 _RSI_WINDOW = 14
 _MACD_FAST, _MACD_SLOW = 12, 26
 _EMA_SETTLE_SPANS = 3
-_CLIP = 5.0
 _MIN_STD = 1e-12
 
 FEATURE_NAMES: tuple[str, ...] = (
@@ -39,6 +39,20 @@ FEATURE_NAMES: tuple[str, ...] = (
     f"macd_{_MACD_FAST}_{_MACD_SLOW}",
 )
 """Names of the K per-asset features, in the order of the last axis of ``Market.features``."""
+
+FEATURE_DEFINITIONS: dict[str, str] = {
+    "log_return_1d": "log(price[t] / price[t - 1])",
+    "log_return_5d": "log(price[t] / price[t - 5])",
+    "log_return_21d": "log(price[t] / price[t - 21])",
+    "volatility_21d": "population standard deviation (ddof 0) of the last 21 daily log returns",
+    "rsi_14": "(avg_gain - avg_loss) / (avg_gain + avg_loss), 0 when both are 0; avg_* are pandas "
+    "ewm(alpha=1/14, adjust=True) means of the positive and negative daily price changes",
+    "macd_12_26": "ewm(span=12, adjust=True) mean minus ewm(span=26, adjust=True) mean of the log price",
+}
+"""How each raw feature of day ``t`` is computed from the prices up to ``t`` (the code is ``raw_features``)."""
+
+FEATURE_CLIP: float = 5.0
+"""Normalised features are clipped to [-FEATURE_CLIP, FEATURE_CLIP]."""
 
 WARMUP_DAYS: int = max(
     max(_RETURN_HORIZONS),  # log_return_21d needs price[t - 21]
@@ -126,7 +140,7 @@ def build_market(
     mean = train.mean(axis=0)  # (N, K)
     std = train.std(axis=0)
     std = np.where(std > _MIN_STD, std, 1.0)  # a constant feature becomes 0, not NaN
-    features = np.clip((features - mean) / std, -_CLIP, _CLIP).astype(np.float32)
+    features = np.clip((features - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
     if not np.isfinite(features).all():
         raise RuntimeError("non-finite features from finite, positive prices")
 
@@ -141,6 +155,8 @@ def build_market(
         relatives=_to_tensor(relatives, device),
         splits=splits,
         benchmark=None if benchmark is None else _to_tensor(benchmark, device),
+        feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
+        feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)
     )
 
 

@@ -45,6 +45,13 @@ class Market:
     """Train, validation and holdout day ranges."""
     benchmark: torch.Tensor | None = None
     """(T,) float32 relatives of a benchmark index on the same days, when the data set has one."""
+    feature_mean: torch.Tensor | None = None
+    """(N, K) float32 mean of each raw (asset, feature) over the training rows, when built from prices."""
+    feature_std: torch.Tensor | None = None
+    """(N, K) float32 standard deviation used to scale it (1 where the feature is constant), likewise.
+
+    ``features = clip((raw - feature_mean) / feature_std, -FEATURE_CLIP, FEATURE_CLIP)``; see ``environment.features``.
+    """
 
     @property
     def num_days(self) -> int:

@@ -562,11 +562,19 @@ def file_problems(gen: GenerationFiles) -> dict[str, str | None]:
     problems: dict[str, str | None] = {}
     for name, entry in sorted(gen.manifest["files"].items()):
         problem = _file_problem(gen.path, name, entry["size"])
-        if problem is None and _sha256_of_file(gen.path / name) != entry["sha256"]:
-            problem = f"{gen.path / name} is corrupt: its SHA-256 does not match the manifest"
+        if problem is None:
+            try:
+                if _sha256_of_file(gen.path / name) != entry["sha256"]:
+                    problem = f"{gen.path / name} is corrupt: its SHA-256 does not match the manifest"
+            except OSError as err:  # removed or unreadable since the size check
+                problem = f"cannot read {gen.path / name}: {err.strerror or err}"
         problems[name] = problem
     expected = set(gen.manifest["files"]) | {MANIFEST_NAME}
-    for entry in sorted(gen.path.iterdir()):
+    try:
+        entries = sorted(gen.path.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
         if entry.name not in expected:
             problems[entry.name] = f"{entry} is not named in the manifest"
     return problems

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from environment.data import PriceTable, load_prices
-from environment.features import FEATURE_NAMES, WARMUP_DAYS, build_market, raw_features
+from environment.features import (
+    FEATURE_CLIP,
+    FEATURE_DEFINITIONS,
+    FEATURE_NAMES,
+    WARMUP_DAYS,
+    build_market,
+    raw_features,
+)
 from utils.errors import DataError
 
 SETTINGS = {"lookback": 10, "episode_days": 20, "validation_days": 50, "holdout_days": 50}
@@ -44,6 +51,7 @@ def test_feature_constants() -> None:
         "macd_12_26",
     )
     assert WARMUP_DAYS >= 21  # the longest finite window
+    assert tuple(FEATURE_DEFINITIONS) == FEATURE_NAMES
 
 
 def test_market_shapes_types_and_finiteness() -> None:
@@ -169,6 +177,23 @@ def test_normalisation_uses_training_rows_only() -> None:
     torch.testing.assert_close(train.std(dim=0, correction=0), torch.ones_like(train[0]), atol=5e-3, rtol=0)
     volatility = FEATURE_NAMES.index("volatility_21d")
     assert market.features[market.splits.holdout, :, volatility].mean() > 3.0
+
+
+def test_market_keeps_the_statistics_that_reproduce_its_features() -> None:
+    table = make_table(seed=4)
+    prices = table.prices.copy()
+    prices[:, 2] = 7.0  # a constant asset: its std is stored as 1, not 0
+    market = build_market(replace_prices(table, prices), **SETTINGS)
+    num_assets, num_features = market.num_assets, market.num_features
+    for stat in (market.feature_mean, market.feature_std):
+        assert stat is not None
+        assert stat.shape == (num_assets, num_features)
+        assert stat.dtype == torch.float32
+    assert (market.feature_std[2] == 1).all()
+
+    raw = torch.from_numpy(raw_features(prices)[WARMUP_DAYS:])  # (T, N, K) float64
+    again = ((raw - market.feature_mean.double()) / market.feature_std.double()).clamp(-FEATURE_CLIP, FEATURE_CLIP)
+    torch.testing.assert_close(again.float(), market.features, atol=1e-5, rtol=1e-5)
 
 
 def test_the_smallest_table_that_fits() -> None:
