@@ -2,6 +2,8 @@
 
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
+    python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
+    python main.py export TARGET OUT_DIR                                          write the champion's actor
 
 Bad input (flags, config, data, checkpoints) ends with a one-line error and exit status 2.
 """

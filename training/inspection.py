@@ -336,6 +336,7 @@ def build_report(target: str | Path) -> dict[str, Any]:
             "tickers": list(tickers),
             "start": data.get("start") or None,
             "end": data.get("end") or None,
+            "splits": state.get("splits"),
             "market_fingerprint": state.get("market_fingerprint"),
         },
         "fitness_history": [
@@ -443,7 +444,11 @@ def format_report(report: dict[str, Any]) -> str:
     data = report["data"]
     tickers = data["tickers"]
     shown = " ".join(tickers[:8]) + (" …" if len(tickers) > 8 else "")
-    span = f"from {data['start'] or 'the first date'} to {data['end'] or 'the last date'}"
+    splits = data.get("splits")
+    if splits:  # the dates the run actually trained, validated and held out
+        span = ", ".join(f"{name} {first}..{last}" for name, (first, last) in splits.items())
+    else:
+        span = f"from {data['start'] or 'the first date'} to {data['end'] or 'the last date'}"
     lines.append(_line("data", f"{data['path'] or 'unknown'}, {len(tickers)} tickers ({shown}), {span}"))
     sections = {name: _section(config, name) for name in ("evolution", "evaluation", "env", "runtime")}
     settings = [

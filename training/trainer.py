@@ -338,6 +338,10 @@ class Trainer:
             "replay_size": self.buffer.size,
             "market_fingerprint": self.fingerprint,
             "tickers": list(self.market.tickers),
+            "splits": {  # first and last day of each range, as dates
+                name: [self.market.dates[days.start], self.market.dates[days.stop - 1]]
+                for name, days in vars(self.market.splits).items()
+            },
             "config": self.config.to_dict(),
         }
         path = checkpoint.write_generation(

@@ -150,7 +150,8 @@ def test_human_report(capsys, smoke_run):
     assert lines[-1] == "complete: yes"
     assert lines[0].split()[:2] == ["run", "r"]
     assert lines[1].split()[:2] == ["generation", "3"]
-    assert "bundled, 6 tickers" in out and "from 2012-01-01" in out
+    assert "bundled, 6 tickers" in out
+    assert "validation 2021-12-29..2022-06-29, holdout 2022-06-30..2022-12-28" in out  # the dates it used
     assert "popsize 4" in out and "lookback 16" in out and "fitness mean_log_return" in out
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["gen"])
     assert [line.split()[0] for line in lines[header + 1 : header + 4]] == ["1", "2", "3"]
