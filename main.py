@@ -20,6 +20,10 @@ import config as config_module
 from utils.errors import InputError
 
 EXIT_BAD_INPUT = 2
+FINAL_UPLOAD_TIMEOUT_S = 600.0
+"""Longest wait for the last uploads of a finished run; what did not arrive stays in the local copy."""
+STOP_UPLOAD_GRACE_S = 20.0
+"""Seconds a stopped run spends uploading its last checkpoint (pods give about 30 s after SIGTERM)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,22 +94,31 @@ def train(argv: list[str]) -> int:
 
     with StopRequest() as stop, GenerationProgress(enabled=config.runtime.progress) as progress:
         if args.resume:
-            trainer, config = resume_run(
-                config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from
-            )
+            run = resume_run(config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from)
         else:
-            trainer = start_run(config, log=progress.write, should_stop=stop)
+            run = start_run(config, log=progress.write, should_stop=stop)
+        trainer, config = run.trainer, run.config
         progress.reset(total=config.runtime.generations, initial=trainer.generation)
         try:
             trainer.run(until=config.runtime.generations, on_generation=lambda row: progress.update())
         except RunStopped as stopped:
+            progress.close()
+            # A pre-empted pod has seconds, not minutes: upload what fits, the local copy keeps the rest.
+            uploaded = run.finish(timeout=STOP_UPLOAD_GRACE_S, progress=config.runtime.progress)
             progress.write(
                 f"stopped by {stop.name} after generation {stopped.generation}; the last complete checkpoint is "
-                f"{trainer.run_dir}/gen-{stopped.generation:06d}. Resume with:\n  {_resume_command(trainer)}"
+                f"{trainer.run_dir}/gen-{stopped.generation:06d}{_line(uploaded)}. Resume with:\n"
+                f"  {_resume_command(trainer)}"
             )
             return 128 + (stop.signum or 0)
-    progress.write(f"done: {trainer.run_dir} at generation {trainer.generation}")
+        progress.close()
+        uploaded = run.finish(timeout=FINAL_UPLOAD_TIMEOUT_S, progress=config.runtime.progress)
+    progress.write(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")
     return 0
+
+
+def _line(summary: str) -> str:
+    return f"; {summary}" if summary else ""
 
 
 def _resume_command(trainer: Any) -> str:

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,11 @@ import safetensors.torch
 import torch
 
 from config import Config
-from environment.data import load_prices
-from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS, build_market
+from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
 from environment.market import Market
 from models.networks import Actor
-from training.inspection import locate
+from training.inspection import Located, locate
+from training.runs import load_market
 from training.trainer import market_fingerprint
 from utils import checkpoint
 from utils.cli import ArgumentParser
@@ -55,18 +56,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def rebuild_market(config: Config) -> Market:
     """The run's market, rebuilt on the CPU from the data its config names."""
-    data = config.data
-    table = load_prices(
-        data.path or None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days
-    )
-    return build_market(
-        table,
-        lookback=config.env.lookback,
-        episode_days=config.env.episode_days,
-        validation_days=data.validation_days,
-        holdout_days=data.holdout_days,
-        device="cpu",
-    )
+    return load_market(config, torch.device("cpu"))
 
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
@@ -313,7 +303,11 @@ def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[s
     """
     out_dir = Path(out_dir).expanduser()
     check_out_dir(out_dir)
-    located = locate(target)
+    with tempfile.TemporaryDirectory(prefix="erl-export-") as scratch:
+        return _export(locate(target, Path(scratch)), out_dir, log=log)
+
+
+def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> Path:
     gen = located.gen
     if located.problems:
         raise CheckpointError(f"cannot export from a damaged generation: {located.problems[0]}")

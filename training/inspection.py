@@ -11,7 +11,7 @@ Exit status, and what is printed:
 * 0: the reported generation is intact. Broken or incomplete newer folders of a run are listed in the report
   (``broken_generations``), but a run whose newest intact generation could be reported is not an error.
 * 2, one line on stderr and nothing on stdout (``--json`` included): bad input with nothing to report. The target
-  is missing, is neither a run folder nor a generation folder, is a ``gs://`` location (not supported yet), a
+  is missing, is neither a run folder nor a generation folder (locally or in a bucket), a
   generation folder's manifest is missing, unreadable or of another format version, or a run folder has no
   complete generation; also bad flags and an unwritable ``--plot`` file.
 * 2, with the full report: the reported generation has a valid manifest but is damaged (a file missing,
@@ -21,16 +21,19 @@ Exit status, and what is printed:
   file is damaged).
 
 Reading goes through ``locate`` (a target → a local generation to read) and ``utils.checkpoint``'s verified
-readers, so a ``gs://`` target only needs a ``locate`` that fetches the small files.
+readers; a ``gs://`` target is first mirrored into a temporary folder, all but the replay ring, whose size is
+checked in the bucket instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,7 @@ from typing import Any
 
 import torch
 
-from utils import checkpoint
+from utils import checkpoint, remote
 from utils.cli import ArgumentParser
 from utils.errors import CheckpointError, InputError
 from utils.jsonl import finite_or_null
@@ -74,6 +77,7 @@ class Located:
             the older complete ones (sizes checked, not hashed); for a generation folder, itself if intact.
         broken: Generation folders of the run that are incomplete or damaged: ``{generation, folder, problems}``.
         is_run: Whether the target was a run folder (else one generation's folder).
+        in_bucket: Files of a gs:// target left in the bucket (their size checked there, not downloaded).
     """
 
     gen: checkpoint.GenerationFiles
@@ -82,6 +86,7 @@ class Located:
     complete_generations: list[int]
     broken: list[dict[str, Any]]
     is_run: bool
+    in_bucket: tuple[str, ...] = ()
 
     @property
     def problems(self) -> list[str]:
@@ -91,8 +96,6 @@ class Located:
 def resolve_target(target: str | Path) -> Path:
     """The local folder a target names; InputError for locations this version cannot read."""
     text = str(target)
-    if text.startswith("gs://"):
-        raise InputError(f"{text}: gs:// targets are not supported yet; copy the run folder locally and inspect that")
     if "://" in text:
         raise InputError(f"{text}: expected a local run or generation folder")
     path = Path(text).expanduser()
@@ -119,14 +122,32 @@ def _run_of(gen_dir: Path) -> Path | None:
     return parent if (parent / "config.json").is_file() else None
 
 
-def locate(target: str | Path) -> Located:
+LEFT_IN_BUCKET = frozenset({"replay.safetensors"})
+"""What a gs:// target never downloads: nothing inspect or export reports needs the replay ring."""
+
+
+def locate(target: str | Path, scratch: Path | None = None) -> Located:
     """Resolve a run or generation folder to the generation to report (see the module docstring).
+
+    A ``gs://`` target (a run or a generation in a bucket) is first mirrored into ``scratch``, without
+    the files in ``LEFT_IN_BUCKET``.
 
     Raises:
         InputError: A location this version cannot read.
         CheckpointError: Nothing to report: no such folder, not a checkpoint, no valid manifest, or a run folder
             without a complete generation.
     """
+    if str(target).startswith("gs://"):
+        if scratch is None:
+            raise ValueError("a gs:// target needs a scratch folder")
+        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=LEFT_IN_BUCKET)
+        located = locate(gen_dir)
+        problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
+        is_run = _GEN_DIR_RE.fullmatch(str(target).rstrip("/").rsplit("/", 1)[-1]) is None
+        intact = [located.gen.generation] if not any(problems.values()) else []
+        return dataclasses.replace(
+            located, file_problems=problems, in_bucket=in_bucket, is_run=is_run, complete_generations=intact
+        )
     path = resolve_target(target)
     if _is_generation_folder(path):
         gen = checkpoint.read_manifest(path)
@@ -274,13 +295,13 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def build_report(target: str | Path) -> dict[str, Any]:
+def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, Any]:
     """Everything ``inspect`` reports about a target, as a JSON-native dict (the ``--json`` object).
 
     Raises:
         InputError, CheckpointError: As ``locate``.
     """
-    located = locate(target)
+    located = locate(target, scratch)
     gen = located.gen
     notes: list[str] = []
     state = _read_document(gen, "state", located, notes)
@@ -313,9 +334,11 @@ def build_report(target: str | Path) -> dict[str, Any]:
         else:
             files[name] = {"size": entry["size"], "sha256": entry["sha256"], "verified": problem is None}
             files[name]["problem"] = problem
+            if name in located.in_bucket:  # size checked in the bucket; hashing it would mean downloading it
+                files[name].update(verified=None, where="bucket")
 
     run_dir = located.run_dir
-    return {
+    report = {
         "target": str(target),
         "target_kind": "run" if located.is_run else "generation",
         "run_dir": None if run_dir is None else str(run_dir),
@@ -362,6 +385,13 @@ def build_report(target: str | Path) -> dict[str, Any]:
         "config": config,
         "plot": None,
     }
+    if located.in_bucket or str(target).startswith("gs://"):  # name the bucket, not the temporary mirror
+        run_uri = str(target).rstrip("/")
+        if not located.is_run:
+            run_uri = run_uri.rsplit("/", 1)[0]
+        report["run_dir"] = run_uri
+        report["generation_dir"] = f"{run_uri}/{gen.path.name}"
+    return report
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -499,7 +529,7 @@ def format_report(report: dict[str, Any]) -> str:
     sizes = {n: "?" if f["size"] is None else format_bytes(f["size"]) for n, f in report["files"].items()}
     size_width = max((len(s) for s in sizes.values()), default=1)
     for name, entry in report["files"].items():
-        verified = "yes" if entry["verified"] else "no"
+        verified = {True: "yes", False: "no", None: "- (left in the bucket, size checked)"}[entry["verified"]]
         lines.append(f"  {name:<{name_width}}  {sizes[name]:>{size_width}}  verified {verified}")
     for broken in report["broken_generations"]:
         lines.append(_line("broken", f"{broken['folder']}: {broken['problems'][0]}"))
@@ -535,7 +565,8 @@ def main(argv: Sequence[str]) -> int:
     plot = None if args.plot is None else Path(args.plot).expanduser()
     if plot is not None and not plot.parent.is_dir():
         raise InputError(f"cannot write the plot {plot}: no folder {plot.parent}")
-    report = build_report(args.target)
+    with tempfile.TemporaryDirectory(prefix="erl-inspect-") as scratch:
+        report = build_report(args.target, Path(scratch))
     if plot is not None:
         write_plot(report, plot)
         report["plot"] = str(plot)

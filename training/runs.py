@@ -20,8 +20,10 @@ from environment.data import load_prices
 from environment.features import build_market
 from environment.market import Market
 from training.trainer import Trainer
-from utils import checkpoint
+from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError
+from utils.storage import Storage, open_storage, parse_uri
+from utils.uploader import CheckpointUploader
 
 RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime.progress"})
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
@@ -50,32 +52,69 @@ def load_market(config: Config, device: torch.device) -> Market:
     )
 
 
-def runs_root(config: Config) -> Path:
-    uri = config.checkpoint.uri
-    if uri.startswith("gs://"):
-        raise ConfigError(f"checkpoint location {uri}: gs:// locations are not supported yet; use a local folder")
-    if "://" in uri:
-        raise ConfigError(f"checkpoint location {uri}: expected a local folder or gs://bucket/prefix")
-    return Path(uri)
+@dataclasses.dataclass
+class Run:
+    """A trainer and, for a gs:// location, the background uploader that mirrors its run folder."""
+
+    trainer: Trainer
+    config: Config
+    uploader: CheckpointUploader | None = None
+
+    def finish(self, *, timeout: float | None = None, progress: bool = True) -> str:
+        """Wait for the last uploads (at most ``timeout`` seconds) and say what reached the bucket."""
+        if self.uploader is None:
+            return ""
+        summary = self.uploader.flush(timeout=timeout, progress=progress)
+        self.uploader.close()
+        return str(summary)
+
+
+def open_location(config: Config) -> tuple[Path, Storage | None]:
+    """The local folder that holds run folders, and the bucket behind it for gs:// locations.
+
+    A bucket is checked (exists, credentials, permission) before anything is written.
+    """
+    scheme, _, path = parse_uri(config.checkpoint.uri)
+    if scheme != "gs":
+        return Path(path), None
+    storage = open_storage(config.checkpoint.uri)
+    storage.check_access()
+    return Path(config.checkpoint.local_dir), storage
+
+
+def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], None]) -> Run:
+    if storage is not None:
+        run.uploader = CheckpointUploader(
+            storage,
+            run.trainer.run_dir,
+            run.config.checkpoint.run_name,
+            keep_last=run.config.checkpoint.keep_last,
+            log=log,
+        )
+        run.trainer.on_checkpoint = run.uploader.submit
+    return run
 
 
 def start_run(
     config: Config, *, log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False
-) -> Trainer:
-    """Build everything, then create the run folder and write its config."""
-    root = runs_root(config)
+) -> Run:
+    """Check the location and the data, then create the run folder and write its config."""
+    root, storage = open_location(config)
     name = config.checkpoint.run_name or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     run_dir = root / name
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
+    if storage is not None and storage.list(f"{name}/"):
+        raise ConfigError(f"{storage.uri}/{name} already exists in the bucket; use --resume or another --run-name")
     device = resolve_device(config.runtime.device)
     market = load_market(config, device)
     config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(config.to_json() + "\n")
     trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop)
-    log(f"run {run_dir} | {market.num_assets} assets x {market.num_days} days | device {device}")
-    return trainer
+    where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
+    log(f"run {where} | {market.num_assets} assets x {market.num_days} days | device {device}")
+    return _attach_uploader(Run(trainer, config), storage, log)
 
 
 def find_run(root: Path, run_name: str = "") -> Path:
@@ -103,7 +142,7 @@ def resume_run(
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
     resume_from: int | None = None,
-) -> tuple[Trainer, Config]:
+) -> Run:
     """Continue the most recent (or ``--run-name``) run with its own config.
 
     Args:
@@ -112,7 +151,14 @@ def resume_run(
             ``RESUMABLE_CHANGES`` that differs from the run's config is an error.
         resume_from: a complete generation to continue from instead of the latest.
     """
-    run_dir = find_run(runs_root(config), config.checkpoint.run_name)
+    root, storage = open_location(config)
+    if storage is not None:
+        name = config.checkpoint.run_name or remote.most_recent_run(storage)
+        if name:  # the bucket is the truth for a pod that may have lost its disk
+            remote.pull_latest(storage, name, root / name)
+        run_dir = find_run(root, name or "")
+    else:
+        run_dir = find_run(root, config.checkpoint.run_name)
     generation = _generation_to_resume(run_dir, resume_from)
     with _offering_earlier(run_dir, generation):
         problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
@@ -143,7 +189,7 @@ def resume_run(
     with _offering_earlier(run_dir, generation):
         trainer.restore(files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
-    return trainer, resumed
+    return _attach_uploader(Run(trainer, resumed), storage, log)
 
 
 def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:

@@ -103,6 +103,8 @@ class Trainer:
         log: where the per-generation line goes.
         should_stop: polled at safe points; once it returns True the unfinished generation is abandoned
             (its checkpoint is never written) and ``run`` raises ``RunStopped``.
+        on_checkpoint: called with (generation, generations to protect) after each committed checkpoint,
+            e.g. to hand it to a background uploader; it must not block.
     """
 
     def __init__(
@@ -113,9 +115,11 @@ class Trainer:
         *,
         log: Callable[[str], None] = print,
         should_stop: Callable[[], bool] = lambda: False,
+        on_checkpoint: Callable[[int, set[int]], None] | None = None,
     ) -> None:
         self.config = config
         self.should_stop = should_stop
+        self.on_checkpoint = on_checkpoint
         self.market = market
         self.run_dir = Path(run_dir)
         self.log = log
@@ -357,6 +361,8 @@ class Trainer:
         checkpoint.prune_generations(
             self.run_dir, keep_last=self.config.checkpoint.keep_last, protect={self.champion_generation}
         )
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.generation, {self.champion_generation})
         return path
 
     def _load_generator_states(self, states: dict[str, torch.Tensor]) -> None:

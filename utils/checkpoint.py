@@ -283,15 +283,21 @@ def write_generation(
             _remove_tree(old_dir)
         _pause_point("renamed")
 
-        latest_tmp = run_dir / f".{LATEST_NAME}.tmp-{pid}"
-        _remove_tree(latest_tmp)
-        _write_durably(latest_tmp, (dirname + "\n").encode())
-        os.replace(latest_tmp, run_dir / LATEST_NAME)
-        _fsync_dir(run_dir)
+        write_latest(run_dir, generation)
         _pause_point("latest-written")
     finally:
         _pause_run_dir.reset(token)
     return final_dir
+
+
+def write_latest(run_dir: Path, generation: int) -> None:
+    """Point ``RUN_DIR/LATEST`` at ``generation``, atomically and durably."""
+    run_dir = Path(run_dir)
+    latest_tmp = run_dir / f".{LATEST_NAME}.tmp-{os.getpid()}"
+    _remove_tree(latest_tmp)
+    _write_durably(latest_tmp, (generation_dirname(generation) + "\n").encode())
+    os.replace(latest_tmp, run_dir / LATEST_NAME)
+    _fsync_dir(run_dir)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

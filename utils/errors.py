@@ -19,3 +19,15 @@ class DataError(InputError):
 
 class CheckpointError(InputError):
     """A checkpoint that is missing, incomplete, corrupt, unsafe or does not fit the config."""
+
+
+class StorageError(InputError):
+    """A checkpoint location that cannot be used: missing bucket, no or bad credentials, no permission, unreachable.
+
+    ``transient`` is True when the cause may go away by itself (the service unreachable or overloaded until the
+    retry deadline ran out), False when the user must change something (a bucket name, credentials, a role).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient

@@ -21,6 +21,10 @@ class GenerationProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the bar; later lines print plainly."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -18,7 +18,7 @@ from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market, raw_features
 from environment.observation import WindowGatherer
 from models.networks import Actor
-from training import export
+from training import export, runs
 from utils import checkpoint
 from utils.errors import CheckpointError
 
@@ -170,7 +170,7 @@ def test_changed_data_is_refused(capsys, smoke_run, tmp_path, monkeypatch):
         prices[-1, 0] *= 1.01
         return type(table)(dates=table.dates, tickers=table.tickers, prices=prices, benchmark=table.benchmark)
 
-    monkeypatch.setattr(export, "load_prices", shifted)
+    monkeypatch.setattr(runs, "load_prices", shifted)
     assert_one_line_error(capsys, [smoke_run, tmp_path / "out"], "data changed")
     assert not (tmp_path / "out").exists()
 

@@ -1,6 +1,5 @@
 """The trainer end to end: smoke preset, determinism, resume, learning, invariants across generations."""
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -11,10 +10,11 @@ import torch
 import main
 from config import override, preset
 from environment.vector_env import VectorPortfolioEnv
+from tests.run_checks import deterministic, rows, state_digest
 from tests.synthetic import momentum_prices
 from training.rollout import validate
 from training.runs import start_run
-from training.trainer import MEASURED_KEYS, Trainer
+from training.trainer import Trainer
 from utils import checkpoint
 
 REQUIRED_KEYS = {
@@ -30,25 +30,6 @@ REQUIRED_KEYS = {
 
 def run_main(*args: str) -> int:
     return main.main([*args, "--no-progress"])
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def deterministic(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in MEASURED_KEYS}
-
-
-def params_sha256(run_dir: Path) -> str:
-    """SHA-256 over every population and champion tensor of the latest generation, in key order."""
-    gen = checkpoint.open_generation(run_dir)
-    tensors = checkpoint.read_tensors(gen, "population")
-    digest = hashlib.sha256()
-    for key in sorted(tensors):
-        digest.update(key.encode())
-        digest.update(tensors[key].contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +60,13 @@ def test_smoke_preset_runs_three_generations(smoke_runs):
 def test_same_seed_gives_identical_metrics_and_parameters(smoke_runs):
     a, b = smoke_runs / "a", smoke_runs / "b"
     assert [deterministic(r) for r in rows(a)] == [deterministic(r) for r in rows(b)]
-    assert params_sha256(a) == params_sha256(b)
+    assert state_digest(a) == state_digest(b)
 
 
 def test_resume_continues_bit_exactly(smoke_runs):
     a, c = smoke_runs / "a", smoke_runs / "c"
     assert [deterministic(r) for r in rows(c)] == [deterministic(r) for r in rows(a)]
-    assert params_sha256(c) == params_sha256(a)
+    assert state_digest(c) == state_digest(a)
     replay_a = checkpoint.read_tensors(checkpoint.open_generation(a), "replay")
     replay_c = checkpoint.read_tensors(checkpoint.open_generation(c), "replay")
     assert all(torch.equal(replay_a[key], replay_c[key]) for key in replay_a)
@@ -93,12 +74,12 @@ def test_resume_continues_bit_exactly(smoke_runs):
 
 def test_a_different_seed_gives_a_different_run(tmp_path, smoke_runs):
     assert run_main("--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "d", "--seed", "8") == 0
-    assert params_sha256(tmp_path / "d") != params_sha256(smoke_runs / "a")
+    assert state_digest(tmp_path / "d") != state_digest(smoke_runs / "a")
 
 
 def test_generations_reuse_storage_and_never_write_the_features(tmp_path):
     config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 3})
-    trainer = start_run(config, log=lambda line: None)
+    trainer = start_run(config, log=lambda line: None).trainer
     features_version = trainer.market.features._version
     tensors = {**trainer.population.state_tensors(), **trainer.buffer.storage}
     pointers = {key: t.data_ptr() for key, t in tensors.items()}
@@ -152,7 +133,7 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
             "checkpoint.uri": str(tmp_path / "runs"),
         },
     )
-    trainer = start_run(config, log=lambda line: None)
+    trainer = start_run(config, log=lambda line: None).trainer
     torch.manual_seed(0)  # the Dirichlet baseline draws from the global generator
     equal = baseline_validation(trainer, "equal")
     random = baseline_validation(trainer, "random")
@@ -177,7 +158,7 @@ def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, mon
 
     monkeypatch.setattr(trainer_module, "ddpg_update", diverged)
     config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2})
-    trainer = start_run(config, log=lambda line: None)
+    trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=2)
     assert [row["critic_loss"] for row in rows(trainer.run_dir)] == [None, None]
     history = checkpoint.read_document(checkpoint.open_generation(trainer.run_dir), "history")
@@ -189,7 +170,7 @@ def test_retention_keeps_the_last_generations_and_the_champions(tmp_path):
         preset("smoke"),
         {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 5, "runtime.seed": 7},
     )
-    trainer = start_run(config, log=lambda line: None)
+    trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=5)
     assert trainer.champion_generation < 5  # seed 7: the champion was found early
     assert checkpoint.complete_generations(trainer.run_dir) == [trainer.champion_generation, 5]

@@ -1,0 +1,131 @@
+"""A run's checkpoint in a bucket, seen from a machine that may have lost its disk.
+
+The bucket holds the same layout as a local run folder (``RUN/config.json``, ``RUN/gen-NNNNNN/...``,
+``RUN/LATEST``); the uploader moves ``LATEST`` only after a generation's files and manifest are in
+place, so ``LATEST`` always names a complete generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+from utils import checkpoint
+from utils.errors import CheckpointError
+from utils.storage import Storage, open_storage, parse_uri
+
+_POINTER = re.compile(r"gen-(\d{6,})")
+
+
+def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
+    """The generation ``RUN/LATEST`` names in the bucket, or None if the run has none."""
+    try:
+        text = storage.read_bytes(f"{run_key}/{checkpoint.LATEST_NAME}").decode("utf-8", "replace").strip()
+    except FileNotFoundError:
+        return None
+    match = _POINTER.fullmatch(text)
+    if match is None:
+        raise CheckpointError(f"{storage.uri}/{run_key}/LATEST does not name a generation: {text[:40]!r}")
+    return int(match.group(1))
+
+
+def most_recent_run(storage: Storage) -> str | None:
+    """The run whose ``LATEST`` pointer moved last, or None if the bucket holds no run."""
+    pointers = [key for key in storage.list("") if key.count("/") == 1 and key.endswith("/" + checkpoint.LATEST_NAME)]
+    dated = []
+    for key in pointers:
+        info = storage.stat(key)
+        if info is not None:
+            dated.append((info.updated, key.split("/")[0]))
+    return max(dated)[1] if dated else None
+
+
+def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generation: int | None = None) -> int | None:
+    """Make ``local_run_dir`` hold the bucket's newest complete generation of ``run_key`` (or ``generation``),
+    unless the local copy already has it or a newer one. Files are downloaded beside the run folder and
+    verified against their manifest before the generation appears locally.
+
+    Returns:
+        The generation now available locally, or None if neither side has one.
+    """
+    local_run_dir = Path(local_run_dir)
+    remote = generation if generation is not None else latest_in_bucket(storage, run_key)
+    local = checkpoint.latest_generation(local_run_dir) if local_run_dir.is_dir() else None
+    if remote is None or (local is not None and local >= remote):
+        return local
+    local_run_dir.mkdir(parents=True, exist_ok=True)
+    if not (local_run_dir / "config.json").exists():
+        storage.download_file(f"{run_key}/config.json", local_run_dir / "config.json")
+
+    dirname = checkpoint.generation_dirname(remote)
+    prefix = f"{run_key}/{dirname}"
+    staging = local_run_dir / f".{dirname}.download-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", staging / checkpoint.MANIFEST_NAME)
+        manifest = checkpoint.read_manifest(staging).manifest  # validates the names before any download
+        for name in manifest["files"]:
+            storage.download_file(f"{prefix}/{name}", staging / name)
+        problems = checkpoint.verify_generation(staging)
+        if problems:
+            raise CheckpointError(f"{storage.uri}/{prefix} does not verify after download: {problems[0]}")
+        final = local_run_dir / dirname
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except FileNotFoundError as error:
+        raise CheckpointError(f"{storage.uri}/{prefix} is incomplete in the bucket: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    checkpoint.write_latest(local_run_dir, remote)
+    return remote
+
+
+def fetch_generation(uri: str, scratch: Path, *, skip: frozenset[str] = frozenset()) -> tuple[Path, tuple[str, ...]]:
+    """Mirror what a reader needs of ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN``
+    into ``scratch``: the run's config.json and the generation's manifest and files, except ``skip``
+    (whose size in the bucket is checked against the manifest instead of downloading them).
+
+    Returns:
+        The local generation folder (inside a mirror of the run folder) and the names left in the bucket.
+    """
+    _, bucket, prefix = parse_uri(uri)
+    parts = [part for part in prefix.split("/") if part]
+    generation = None
+    if parts and _POINTER.fullmatch(parts[-1]) is not None:
+        generation = int(parts.pop()[4:])
+    if not parts:
+        raise CheckpointError(f"{uri}: expected gs://BUCKET/.../RUN or gs://BUCKET/.../RUN/gen-NNNNNN")
+    run_key = parts[-1]
+    storage = open_storage("gs://" + "/".join([bucket, *parts[:-1]]))
+    storage.check_access()
+    if generation is None:
+        generation = latest_in_bucket(storage, run_key)
+        if generation is None:
+            raise CheckpointError(f"{uri}: no run with a complete generation there (no LATEST)")
+    run_dir = Path(scratch) / run_key
+    gen_dir = run_dir / checkpoint.generation_dirname(generation)
+    gen_dir.mkdir(parents=True)
+    prefix = f"{run_key}/{gen_dir.name}"
+    try:
+        storage.download_file(f"{run_key}/config.json", run_dir / "config.json")
+        storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", gen_dir / checkpoint.MANIFEST_NAME)
+    except FileNotFoundError as error:
+        raise CheckpointError(f"{uri}: not a complete checkpoint in the bucket ({error})") from None
+    files = checkpoint.read_manifest(gen_dir).manifest["files"]
+    left = []
+    for name, entry in files.items():
+        if name in skip:
+            info = storage.stat(f"{prefix}/{name}")
+            if info is None or info.size != entry["size"]:
+                raise CheckpointError(f"{uri}: {name} in the bucket does not match its manifest size")
+            left.append(name)
+            continue
+        with contextlib.suppress(FileNotFoundError):  # the reader reports it as a missing file
+            storage.download_file(f"{prefix}/{name}", gen_dir / name)
+    checkpoint.write_latest(run_dir, generation)
+    return gen_dir, tuple(left)
