@@ -99,3 +99,10 @@ def test_inspect_and_export_read_from_the_bucket_without_the_replay_ring(gcs_buc
     assert json.loads(capsys.readouterr().out)["params_sha256"] == report["params_sha256"]
     assert main.main(["export", f"{gcs_bucket}/r", str(tmp_path / "exported")]) == 0
     assert (tmp_path / "exported" / "actor.safetensors").exists()
+
+
+def test_the_pod_template_variable_names_the_bucket(gcs_bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("ERL_CHECKPOINT_URI", gcs_bucket)
+    monkeypatch.chdir(tmp_path)
+    assert main.main(["--preset", "smoke", "--generations", "1", "--run-name", "r", "--no-progress"]) == 0
+    assert bucket_matches_local(gcs_bucket, tmp_path / "runs" / "r") == 1  # local copy under the default runs/
