@@ -40,7 +40,7 @@ from training.fitness import episode_returns, fitness
 from training.rollout import collect, validate
 from utils import checkpoint, jsonl
 from utils.errors import CheckpointError
-from utils.telemetry import PhaseTimer, format_bytes, memory_snapshot
+from utils.telemetry import GrowthWatch, PhaseTimer, count_objects, format_bytes, format_count, memory_snapshot
 
 GENERATORS = ("init", "episodes", "exploration", "replay", "evolution")
 """Independent random streams; the device-side ones live on the training device."""
@@ -59,6 +59,8 @@ MEASURED_KEYS = frozenset(
         "peak_rss_bytes",
         "cuda_allocated_bytes",
         "cuda_reserved_bytes",
+        "live_tensors",
+        "python_objects",
     }
 )
 """Metrics that measure the machine, not the run: they differ between identical runs."""
@@ -179,6 +181,7 @@ class Trainer:
         self._critic_loss_sum = torch.zeros(popsize, device=self.device)
         self._actor_loss_sum = torch.zeros(popsize, device=self.device)
         self._timer = PhaseTimer(self.device)
+        self._growth = GrowthWatch()
 
         self.generation = 0
         self.champion_score = -math.inf
@@ -289,7 +292,7 @@ class Trainer:
             "env_steps": env_steps,
             "env_steps_per_s": env_steps / max(durations["evaluate_s"], 1e-9),
             **durations,
-            **memory_snapshot(self.device),
+            **self._telemetry(),
         }
         row["generation_s"] = sum(durations.values())
         start = time.perf_counter()
@@ -301,6 +304,21 @@ class Trainer:
         jsonl.append_row(self.metrics_path, row)
         self.log(self.format_line(row))
         return row
+
+    def _telemetry(self) -> dict[str, int]:
+        """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""
+        python_objects, live_tensors = count_objects()
+        reading = {
+            **memory_snapshot(self.device),
+            "live_tensors": live_tensors,
+            "python_objects": python_objects,
+            "replay_bytes": self.buffer.nbytes,
+            "replay_transitions": len(self.buffer),
+        }
+        warning = self._growth.update(reading, warm=len(self.buffer) == self.buffer.capacity)
+        if warning:
+            self.log(warning)
+        return reading
 
     def _check_stop(self) -> None:
         if self.should_stop():
@@ -318,9 +336,9 @@ class Trainer:
             f"gen {row['generation']:>4}/{total} | fitness best {row['best_fitness']:+.4f} "
             f"mean {row['mean_fitness']:+.4f} worst {row['worst_fitness']:+.4f} | "
             f"champion {row['champion_score']:+.4f} (gen {row['champion_generation']}) | "
-            f"buffer {row['buffer_size'] / 1000:.1f}k/{self.buffer.capacity / 1000:.0f}k | "
-            f"{row['env_steps_per_s'] / 1000:.1f}k steps/s | {row['generation_s']:.1f} s | "
-            f"rss {format_bytes(row['rss_bytes'])}"
+            f"buffer {format_count(row['buffer_size'])}/{format_count(self.buffer.capacity)} | "
+            f"{format_count(row['env_steps_per_s'])} steps/s | {row['generation_s']:.1f} s | "
+            f"rss {format_bytes(row['rss_bytes'])} | {row['live_tensors']} tensors"
         )
 
     # ------------------------------------------------------------------ checkpoints
