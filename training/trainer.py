@@ -40,7 +40,15 @@ from training.fitness import episode_returns, fitness
 from training.rollout import collect, validate
 from utils import checkpoint, jsonl
 from utils.errors import CheckpointError
-from utils.telemetry import GrowthWatch, PhaseTimer, count_objects, format_bytes, format_count, memory_snapshot
+from utils.telemetry import (
+    GrowthWatch,
+    PhaseTimer,
+    count_objects,
+    format_bytes,
+    format_count,
+    memory_snapshot,
+    python_blocks,
+)
 
 GENERATORS = ("init", "episodes", "exploration", "replay", "evolution")
 """Independent random streams; the device-side ones live on the training device."""
@@ -61,6 +69,7 @@ MEASURED_KEYS = frozenset(
         "cuda_reserved_bytes",
         "live_tensors",
         "python_objects",
+        "python_blocks",
     }
 )
 """Metrics that measure the machine, not the run: they differ between identical runs."""
@@ -312,6 +321,7 @@ class Trainer:
             **memory_snapshot(self.device),
             "live_tensors": live_tensors,
             "python_objects": python_objects,
+            "python_blocks": python_blocks(),
             "replay_bytes": self.buffer.nbytes,
             "replay_transitions": len(self.buffer),
         }

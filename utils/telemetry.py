@@ -45,6 +45,12 @@ def count_objects() -> tuple[int, int]:
     return len(objects), tensors
 
 
+def python_blocks() -> int:
+    """Memory blocks Python's allocator holds: counts what the collector does not track (floats, strings,
+    numpy array headers), which ``count_objects`` misses."""
+    return sys.getallocatedblocks()
+
+
 class GrowthWatch:
     """Warns when memory keeps growing once the run is warm (the replay ring full).
 
@@ -78,7 +84,12 @@ class GrowthWatch:
 
 
 def leak_findings(
-    rows: Sequence[dict], *, rss_slope_bytes: float, objects_slack: int, tensors_exact: bool = True
+    rows: Sequence[dict],
+    *,
+    rss_slope_bytes: float,
+    objects_slack: int,
+    blocks_slack: int,
+    tensors_exact: bool = True,
 ) -> list[str]:
     """What in a run's metrics rows (all after warm-up) looks like a leak; empty when memory is flat.
 
@@ -86,15 +97,17 @@ def leak_findings(
         rows: metrics rows with the telemetry keys.
         rss_slope_bytes: largest acceptable least-squares RSS growth per generation.
         objects_slack: largest acceptable rise of the Python object count over the rows.
+        blocks_slack: largest acceptable rise of Python's allocated blocks over the rows.
         tensors_exact: require the same live tensor count in every row (else allow no net rise).
     """
     findings = []
     tensors = [row["live_tensors"] for row in rows]
     if (tensors_exact and len(set(tensors)) > 1) or tensors[-1] > tensors[0]:
         findings.append(f"live tensors changed: {tensors}")
-    objects = [row["python_objects"] for row in rows]
-    if max(objects) - objects[0] > objects_slack:
-        findings.append(f"python objects rose by {max(objects) - objects[0]} (> {objects_slack})")
+    for key, slack in (("python_objects", objects_slack), ("python_blocks", blocks_slack)):
+        values = [row[key] for row in rows]
+        if max(values) - values[0] > slack:
+            findings.append(f"{key} rose by {max(values) - values[0]} (> {slack})")
     slope = least_squares_slope([row["rss_bytes"] for row in rows])
     if slope > rss_slope_bytes:
         findings.append(f"RSS grows {slope / 1e6:.2f} MB per generation (> {rss_slope_bytes / 1e6:.2f})")
