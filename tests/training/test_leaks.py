@@ -237,7 +237,7 @@ def test_the_growth_warning_speaks_up_on_a_leak(tmp_path, monkeypatch):
     kept = []
     wrap(monkeypatch, VectorPortfolioEnv, "step", after=lambda result, env, actions: kept.append(result[0]))
     lines = []
-    run_trainer(tmp_path, log=lines.append)
+    run_trainer(tmp_path, generations=20, log=lines.append)  # past the watch's settling period
     assert any("memory warning" in line and "live_tensors" in line for line in lines)
 
 

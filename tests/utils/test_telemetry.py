@@ -1,0 +1,49 @@
+import pytest
+
+from utils.telemetry import GrowthWatch, leak_findings, least_squares_slope
+
+
+def reading(rss=100_000_000, objects=1000, tensors=50):
+    return {"rss_bytes": rss, "python_objects": objects, "live_tensors": tensors}
+
+
+def test_growth_watch_ignores_warm_up_and_settling_then_warns_once_per_streak():
+    watch = GrowthWatch(patience=3, settle=2, rss_step_bytes=1_000_000)
+    warnings = []
+    rss = 100_000_000
+    for generation in range(20):
+        warm = generation >= 2
+        rss += 5_000_000 if generation < 6 else 0  # grows while filling and settling, then flat
+        if generation >= 12:
+            rss += 3_000_000  # a leak from generation 12 on
+        warnings.append(watch.update(reading(rss=rss), warm=warm))
+    fired = [g for g, w in enumerate(warnings) if w]
+    assert fired == [14]  # the third growing generation after settling, and only once per streak
+    assert "rss_bytes" in warnings[14]
+
+
+def test_growth_watch_stays_silent_on_a_flat_noisy_run():
+    watch = GrowthWatch(patience=3, settle=0, rss_step_bytes=2_000_000)
+    noise = [0, 1_000_000, -500_000, 1_500_000, 0, 1_900_000, -1_000_000, 1_000_000]
+    assert not any(watch.update(reading(rss=100_000_000 + n), warm=True) for n in noise * 3)
+
+
+def test_growth_watch_counts_a_single_new_tensor_per_generation():
+    watch = GrowthWatch(patience=2, settle=0)
+    assert [watch.update(reading(tensors=50 + g), warm=True) is not None for g in range(4)] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+
+
+def test_leak_findings_and_slope():
+    assert least_squares_slope([1.0, 3.0, 5.0]) == pytest.approx(2.0)
+    flat = [{**reading(), "python_blocks": 10, "cuda_allocated_bytes": 0} for _ in range(5)]
+    bounds = {"rss_slope_bytes": 1000, "objects_slack": 0, "blocks_slope_limit": 5}
+    assert leak_findings(flat, **bounds) == []
+    leaking = [{**row, "live_tensors": 50 + i} for i, row in enumerate(flat)]
+    assert any("live tensors" in f for f in leak_findings(leaking, **bounds))
+    growing_rss = [{**row, "rss_bytes": 100_000_000 + 10_000 * i} for i, row in enumerate(flat)]
+    assert any("RSS" in f for f in leak_findings(growing_rss, **bounds))
