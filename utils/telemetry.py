@@ -74,6 +74,7 @@ class GrowthWatch:
         self.steps = {"rss_bytes": rss_step_bytes, "python_objects": objects_step, "live_tensors": 1}
         self._previous: dict[str, int] | None = None
         self._streaks = dict.fromkeys(self.steps, 0)
+        self._highs: dict[str, int] = {}
 
     def update(self, reading: dict[str, int], *, warm: bool) -> str | None:
         """Feed one generation's figures; returns a warning the generation the streak reaches ``patience``."""
@@ -83,7 +84,11 @@ class GrowthWatch:
             return None
         warnings = []
         for key, step in self.steps.items():
-            grew = self._previous[key] - previous[key] >= step
+            # Growth means a new high since settling: RSS wanders in a band (the allocator keeps and returns
+            # ~10 MB blocks), which a rise over the previous generation alone would mistake for a leak.
+            high = self._highs.get(key, previous[key])
+            grew = self._previous[key] - high >= step
+            self._highs[key] = max(high, self._previous[key])
             self._streaks[key] = self._streaks[key] + 1 if grew else 0
             if self._streaks[key] == self.patience:
                 warnings.append(f"{key} grew in each of the last {self.patience} generations")
