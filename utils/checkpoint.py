@@ -98,7 +98,7 @@ def generation_dirname(generation: int) -> str:
     return f"gen-{generation:06d}"
 
 
-def _parse_dirname(name: str) -> int | None:
+def parse_dirname(name: str) -> int | None:
     """The generation a canonical folder name stands for, else None."""
     match = _GEN_DIR_RE.fullmatch(name)
     if match is None:
@@ -383,7 +383,7 @@ def _load_manifest(gen_dir: Path) -> dict:
             or _SHA256_RE.fullmatch(entry["sha256"]) is None
         ):
             raise CheckpointError(f"checkpoint manifest {path} has a bad entry for {name!r}: {entry!r}")
-    expected = _parse_dirname(gen_dir.name)
+    expected = parse_dirname(gen_dir.name)
     if expected is not None and generation != expected:
         raise CheckpointError(f"checkpoint manifest {path} says generation {generation}, the folder says {expected}")
     return manifest
@@ -423,7 +423,7 @@ def complete_generations(run_dir: Path) -> list[int]:
         return []
     found = []
     for entry in run_dir.iterdir():
-        generation = _parse_dirname(entry.name)
+        generation = parse_dirname(entry.name)
         if generation is None or not entry.is_dir():
             continue
         try:
@@ -440,7 +440,7 @@ def _latest_pointer(run_dir: Path) -> int | None:
         text = (run_dir / LATEST_NAME).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return _parse_dirname(text.strip())
+    return parse_dirname(text.strip())
 
 
 def latest_generation(run_dir: Path) -> int | None:
@@ -485,7 +485,7 @@ def open_generation(run_dir_or_generation_dir: Path, generation: int | None = No
     path = Path(run_dir_or_generation_dir)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint at {path}: not a directory")
-    if _parse_dirname(path.name) is not None or (path / MANIFEST_NAME).exists():
+    if parse_dirname(path.name) is not None or (path / MANIFEST_NAME).exists():
         gen_dir = path
     else:
         if generation is None:

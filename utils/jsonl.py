@@ -29,7 +29,7 @@ def finite_or_null(value: Any) -> Any:
     return value
 
 
-def _committed_length(f, end: int) -> int:
+def committed_length(f, end: int) -> int:
     """The length of the file up to and including its last newline (0 if it has none)."""
     pos = end
     while pos > 0:
@@ -55,7 +55,7 @@ def append_row(path: Path, row: dict) -> None:
         if end > 0:
             f.seek(end - 1)
             if f.read(1) != b"\n":
-                f.truncate(_committed_length(f, end))
+                f.truncate(committed_length(f, end))
         f.write(line)  # "a" mode: always at the end, whatever the read position
         f.flush()
         os.fsync(f.fileno())

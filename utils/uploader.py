@@ -41,7 +41,8 @@ from typing import NamedTuple
 
 from tqdm import tqdm
 
-from utils.checkpoint import LATEST_NAME, MANIFEST_NAME, generation_dirname
+from utils.checkpoint import LATEST_NAME, MANIFEST_NAME, generation_dirname, parse_dirname
+from utils.jsonl import committed_length
 from utils.storage import PreconditionFailed, Storage, check_key
 
 CONFIG_NAME = "config.json"
@@ -53,14 +54,6 @@ _HASH_CHUNK = 1024 * 1024
 _SMALL_OBJECT = 8 * 1024 * 1024  # up to this, metrics go up from memory in one request
 _LATEST_ATTEMPTS = 8
 _MAX_ERROR_TEXT = 200
-
-
-def _parse_dirname(name: str) -> int | None:
-    match = _GEN_DIR_RE.fullmatch(name)
-    if match is None:
-        return None
-    generation = int(match.group(1))
-    return generation if generation_dirname(generation) == name else None
 
 
 def _describe(err: BaseException) -> str:
@@ -398,7 +391,7 @@ class CheckpointUploader:
             raise _ObsoleteError(why) from None
         try:
             manifest = json.loads(data.decode("utf-8"))
-            generation = _parse_dirname(gen_dir.name)
+            generation = parse_dirname(gen_dir.name)
             if not isinstance(manifest, dict) or manifest.get("generation") != generation:
                 raise ValueError(f"it does not describe generation {generation}")
             files = {}
@@ -505,7 +498,7 @@ class CheckpointUploader:
                 if data:
                     self.storage.write_bytes(key, data)
                 return
-            committed = _committed_length(f, end)
+            committed = committed_length(f, end)
             f.seek(0)
             with tempfile.NamedTemporaryFile(prefix="metrics-", suffix=".jsonl") as snapshot:
                 left = committed
@@ -528,7 +521,7 @@ class CheckpointUploader:
                 expected = 0
             else:
                 try:
-                    current = _parse_dirname(self.storage.read_bytes(key).decode("utf-8", "replace").strip())
+                    current = parse_dirname(self.storage.read_bytes(key).decode("utf-8", "replace").strip())
                 except FileNotFoundError:
                     continue
                 if current is not None and current >= generation:
@@ -564,7 +557,7 @@ class CheckpointUploader:
 
     def _retain(self, job: _Job) -> list[int]:
         try:
-            latest = _parse_dirname(self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}").decode().strip())
+            latest = parse_dirname(self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}").decode().strip())
         except (FileNotFoundError, UnicodeDecodeError):
             latest = None
         if latest is None:
@@ -572,7 +565,7 @@ class CheckpointUploader:
         folders: dict[int, set[str]] = {}
         for key in self.storage.list(self.run_key):
             dirname, _, name = key[len(self.run_key) + 1 :].partition("/")
-            generation = _parse_dirname(dirname)
+            generation = parse_dirname(dirname)
             if generation is not None and name:
                 folders.setdefault(generation, set()).add(name)
 
@@ -604,16 +597,3 @@ class CheckpointUploader:
             return manifest.get("generation") == generation and set(manifest["files"]) <= names
         except (FileNotFoundError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
             return False
-
-
-def _committed_length(f, end: int) -> int:
-    """The length of the file up to and including its last newline (0 if it has none)."""
-    pos = end
-    while pos > 0:
-        start = max(0, pos - _HASH_CHUNK)
-        f.seek(start)
-        newline = f.read(pos - start).rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        pos = start
-    return 0
