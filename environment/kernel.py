@@ -61,7 +61,7 @@ def portfolio_step(
 def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
     """All-cash weights of the given leading shape: (*shape, N + 1)."""
     weights = torch.zeros(*shape, num_assets + 1, device=device)
-    weights[..., 0] = 1.0
+    weights.select(-1, 0).fill_(1.0)
     return weights
 
 
@@ -70,5 +70,5 @@ def scores_to_weights(scores: torch.Tensor) -> torch.Tensor:
     scores = scores.clamp(min=0.0)
     total = scores.sum(-1, keepdim=True)
     cash = torch.zeros_like(scores)
-    cash[..., 0] = 1.0
+    cash.select(-1, 0).fill_(1.0)
     return torch.where(total > 0, scores / total.clamp(min=torch.finfo(scores.dtype).tiny), cash)

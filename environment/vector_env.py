@@ -104,7 +104,7 @@ class VectorPortfolioEnv:
             raise ValueError(f"expected {self.num_episodes} start days, got shape {tuple(start_days.shape)}")
         self._days.copy_(start_days)
         self._weights.zero_()
-        self._weights[..., 0] = 1.0
+        self._weights.select(-1, 0).fill_(1.0)  # fill_: a scalar assignment would copy from the host
         self._step = 0
         self.rewards_per_episode.zero_()
         self.turnover_per_episode.zero_()

@@ -111,11 +111,15 @@ class ReplayBuffer:
         }
         leading = rewards.shape
         count = rewards.numel()
-        flat = {}
+        flat: dict[str, torch.Tensor] = {}
+        flags: dict[str, bool] = {}
         for key, value in values.items():
             target = self.storage[key]
+            if isinstance(value, bool):  # filled in place: a tensor made from it would be a host-to-device copy
+                flags[key] = value
+                continue
             value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
-            # Days (E,) and flags (scalars) broadcast over the agents.
+            # Days (E,) broadcast over the agents.
             value = torch.broadcast_to(value, (*leading, *target.shape[1:]))
             flat[key] = value.reshape(count, *target.shape[1:])
         if count > self.capacity:  # only the newest `capacity` survive a single oversized add
@@ -125,6 +129,8 @@ class ReplayBuffer:
         index = (torch.arange(count, device=self.storage["days"].device) + self.pos) % self.capacity
         for key, value in flat.items():
             self.storage[key].index_copy_(0, index, value)
+        for key, flag in flags.items():
+            self.storage[key].index_fill_(0, index, flag)
         self.pos = (self.pos + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
