@@ -1,0 +1,164 @@
+"""Risk figures of one daily series of portfolio log returns (numpy only, float64).
+
+The trainer's rewards are daily log returns ``r_t = log(V_t / V_{t-1})``, net of costs. Figures about growth use them
+directly (log returns add over days); figures about day-to-day risk use the simple returns ``exp(r_t) - 1``, the
+convention of the usual Sharpe and Sortino ratios. The risk-free rate is taken as 0: cash earns nothing here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+TRADING_DAYS = 252
+"""Trading days in a year: the default ``periods_per_year``."""
+
+
+@dataclass(frozen=True)
+class RiskMetrics:
+    """Risk figures of D daily log returns ``r``; ``simple = exp(r) - 1``; ``N = periods_per_year``.
+
+    NaN marks a ratio whose denominator is zero (or a spread of a single day); ``to_dict`` writes it as None.
+    """
+
+    days: int
+    """D, the number of daily returns."""
+    total_return: float
+    """``exp(sum r) - 1``: the growth of 1 over the whole series, minus 1."""
+    annualised_return: float
+    """``exp(mean(r) * N) - 1``: the geometric yearly growth (CAGR), since log returns add over days."""
+    annualised_volatility: float
+    """``std(simple, ddof=1) * sqrt(N)``; NaN for a single day."""
+    sharpe: float
+    """``mean(simple) / std(simple, ddof=1) * sqrt(N)``; NaN if all days are equal (zero spread) or D < 2."""
+    sortino: float
+    """``mean(simple) / sqrt(mean(min(simple, 0) ** 2)) * sqrt(N)``, the mean over all days; NaN if no day lost."""
+    max_drawdown: float
+    """The largest fall of the equity curve from its running peak, ``max(1 - equity / running_max)``, in [0, 1)."""
+    max_drawdown_days: int
+    """The longest run of consecutive days that end below an earlier peak (underwater); 0 if never."""
+    calmar: float
+    """``annualised_return / max_drawdown``; NaN if the curve never fell."""
+    turnover: float
+    """``mean(turnover) * N``: the yearly turnover; 0.0 when none was given."""
+    costs: float
+    """``sum_t costs_t * equity_{t-1}``: costs paid per unit of starting capital; 0.0 when none were given."""
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """The figures by field name, NaN as None (JSON has no NaN)."""
+        return {
+            name: None if isinstance(value, float) and math.isnan(value) else value
+            for name, value in dataclasses.asdict(self).items()
+        }
+
+
+def _series(values: ArrayLike, name: str, *, min_length: int) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one value per day), got shape {array.shape}")
+    if array.shape[0] < min_length:
+        raise ValueError(f"{name} needs at least {min_length} value(s), got {array.shape[0]}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return array
+
+
+def equity_curve(log_returns: ArrayLike) -> np.ndarray:
+    """(D,) daily log returns -> (D + 1,) value of 1 invested: ``[1, exp(r1), exp(r1 + r2), ...]``.
+
+    Raises:
+        ValueError: ``log_returns`` is not 1-D or not finite.
+    """
+    r = _series(log_returns, "log_returns", min_length=0)
+    return np.exp(np.concatenate(([0.0], np.cumsum(r))))
+
+
+def drawdown_curve(equity: ArrayLike) -> np.ndarray:
+    """(T,) equity curve -> (T,) drawdown ``1 - equity / running_max(equity)``: 0 at a peak, else the fall from it.
+
+    Raises:
+        ValueError: ``equity`` is empty, not 1-D, not finite or not positive.
+    """
+    values = _series(equity, "equity", min_length=1)
+    if (values <= 0).any():
+        raise ValueError("equity must be positive")
+    # At a peak equity / running_max is x / x, exactly 1, so the drawdown there is exactly 0.
+    return 1.0 - values / np.maximum.accumulate(values)
+
+
+def _longest_underwater(drawdown: np.ndarray) -> int:
+    longest = current = 0
+    for underwater in drawdown > 0:
+        current = current + 1 if underwater else 0
+        longest = max(longest, current)
+    return longest
+
+
+def risk_metrics(
+    log_returns: ArrayLike,
+    *,
+    turnover: ArrayLike | None = None,
+    costs: ArrayLike | None = None,
+    periods_per_year: int = TRADING_DAYS,
+) -> RiskMetrics:
+    """The risk figures of one series of daily log returns (see ``RiskMetrics`` for each definition).
+
+    Args:
+        log_returns: (D,) daily log returns of the portfolio, net of costs.
+        turnover: (D,) daily turnover (``sum_i |target_i - weights_i|``), or None.
+        costs: (D,) daily costs as a fraction of the portfolio's value before that day's trade, or None.
+        periods_per_year: Days in a year, for the annualised figures.
+
+    Raises:
+        ValueError: A series is empty, not 1-D or not finite; the lengths differ; turnover or costs are negative;
+            ``periods_per_year`` is not positive.
+    """
+    r = _series(log_returns, "log_returns", min_length=1)
+    days = r.shape[0]
+    if periods_per_year <= 0:
+        raise ValueError(f"periods_per_year must be positive, got {periods_per_year}")
+    extra: dict[str, np.ndarray] = {}
+    for name, values in (("turnover", turnover), ("costs", costs)):
+        if values is None:
+            continue
+        array = _series(values, name, min_length=1)
+        if array.shape[0] != days:
+            raise ValueError(f"{name} needs one value per day: {array.shape[0]} values for {days} log returns")
+        if (array < 0).any():
+            raise ValueError(f"{name} must not be negative")
+        extra[name] = array
+    year = float(periods_per_year)
+
+    simple = np.expm1(r)  # (D,)
+    mean = float(simple.mean())
+    # Zero spread is tested exactly (all days equal), not as std == 0: the float std of equal values can be 1e-18.
+    flat = days >= 2 and float(np.ptp(simple)) == 0.0
+    std = math.nan if days < 2 else 0.0 if flat else float(simple.std(ddof=1))
+    downside = math.sqrt(float(np.mean(np.minimum(simple, 0.0) ** 2)))
+
+    log_equity = np.concatenate(([0.0], np.cumsum(r)))  # (D + 1,)
+    # drawdown_curve's figure, in log space so that an equity that underflows to 0 still has a drawdown.
+    drawdown = 0.0 - np.expm1(log_equity - np.maximum.accumulate(log_equity))  # (D + 1,)
+    max_drawdown = float(drawdown.max())
+    with np.errstate(over="ignore"):  # an absurd daily mean annualises to inf rather than raising
+        annualised_return = float(np.expm1(r.mean() * year))
+        total_return = float(np.expm1(log_equity[-1]))
+        equity = np.exp(log_equity)
+
+    return RiskMetrics(
+        days=days,
+        total_return=total_return,
+        annualised_return=annualised_return,
+        annualised_volatility=std * math.sqrt(year),
+        sharpe=mean / std * math.sqrt(year) if std > 0.0 else math.nan,
+        sortino=math.nan if downside == 0.0 else mean / downside * math.sqrt(year),
+        max_drawdown=max_drawdown,
+        max_drawdown_days=_longest_underwater(drawdown),
+        calmar=math.nan if max_drawdown == 0.0 else annualised_return / max_drawdown,
+        turnover=float(extra["turnover"].mean()) * year if "turnover" in extra else 0.0,
+        costs=float(np.dot(extra["costs"], equity[:-1])) if "costs" in extra else 0.0,
+    )
