@@ -63,7 +63,7 @@ class BatchedMLP(nn.Module):
         for index, layer in enumerate(self.layers):
             h = layer(h)
             if index < len(self.layers) - 1 or self.final_activation:
-                h = torch.relu(h)
+                h = torch.relu_(h)  # in place: the matmul that made h does not need it for its backward
         return h.reshape(h.shape[0], *leading[1:], h.shape[-1])
 
 
