@@ -3,6 +3,7 @@
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
+    python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
 
 Bad input (flags, config, data, checkpoints) ends with a one-line error and exit status 2.
@@ -11,6 +12,7 @@ Bad input (flags, config, data, checkpoints) ends with a one-line error and exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -56,6 +58,9 @@ def _train_parser() -> argparse.ArgumentParser:
         "--resume-from", type=int, metavar="GEN", help="with --resume: continue from this complete generation"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--tensorboard", action="store_true", help="also log every generation to <run>/tensorboard (needs tensorboard)"
+    )
     return parser
 
 
@@ -91,16 +96,32 @@ def train(argv: list[str]) -> int:
     from training.trainer import RunStopped
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
+    from utils.tensorboard import MISSING_MESSAGE, TensorBoardLog, tensorboard_available
 
-    with StopRequest() as stop, GenerationProgress(enabled=config.runtime.progress) as progress:
+    if args.tensorboard and not tensorboard_available():
+        raise InputError(MISSING_MESSAGE)
+    with contextlib.ExitStack() as stack:
+        stop = stack.enter_context(StopRequest())
+        progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress))
         if args.resume:
             run = resume_run(config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from)
         else:
             run = start_run(config, log=progress.write, should_stop=stop)
         trainer, config = run.trainer, run.config
+        board = None
+        if args.tensorboard:  # a resumed run hides what its earlier life logged past the checkpoint
+            board = stack.enter_context(
+                TensorBoardLog(trainer.run_dir / "tensorboard", purge_step=trainer.generation + 1)
+            )
+
+        def on_generation(row: dict[str, Any]) -> None:
+            if board is not None:
+                board.generation(row)
+            progress.update()
+
         progress.reset(total=config.runtime.generations, initial=trainer.generation)
         try:
-            trainer.run(until=config.runtime.generations, on_generation=lambda row: progress.update())
+            trainer.run(until=config.runtime.generations, on_generation=on_generation)
         except RunStopped as stopped:
             progress.close()
             # A pre-empted pod has seconds, not minutes: upload what fits, the local copy keeps the rest.
@@ -134,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             from training import inspection
 
             return inspection.main(argv[1:])
+        if argv and argv[0] == "evaluate":
+            from training import report
+
+            return report.main(argv[1:])
         if argv and argv[0] == "export":
             from training import export
 

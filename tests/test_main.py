@@ -105,3 +105,24 @@ def test_help_lists_every_config_key_with_its_meaning(tmp_path):
     assert result.returncode == 0
     assert "ddpg.tau" in result.stdout
     assert "Polyak coefficient" in result.stdout
+
+
+def test_tensorboard_logs_every_generation_and_a_resume_continues_it(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import main
+    from utils import jsonl
+
+    common = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "r", "--no-progress"]
+    assert main.main([*common, "--device", "cpu", "--generations", "2", "--tensorboard"]) == 0
+    assert main.main([*common, "--resume", "--generations", "3", "--tensorboard"]) == 0
+    events = EventAccumulator(str(tmp_path / "r" / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"fitness/best", "fitness/spread", "validation/champion", "loss/critic", "memory/rss_bytes"} <= tags
+    assert {"speed/env_steps_per_s", "time/update_s"} <= tags
+    rows = list(jsonl.read_rows(tmp_path / "r" / "metrics.jsonl"))
+    logged = events.Scalars("validation/champion")
+    assert [e.step for e in logged] == [1, 2, 3]
+    assert [e.value for e in logged] == pytest.approx([row["champion_score"] for row in rows], rel=1e-6)

@@ -1,0 +1,183 @@
+"""Walk-forward evaluation: the baselines and a known policy on a two-asset market with known prices."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from config import override, preset
+from environment.market import Market, Splits
+from models.networks import Actor
+from training.evaluation import evaluate, pick_agent, run_range, untrained_actor
+from training.rollout import validate
+
+A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
+COST = 0.01
+LOOKBACK, EPISODE = 2, 3
+
+
+def two_asset_market() -> Market:
+    """30 days; asset A gains 10% a day, B loses 5%, the index gains 1%. Holdout: days 24..29 (two windows)."""
+    days = 30
+    relatives = torch.tensor([[A, B]] * days)
+    relatives[0] = 1.0
+    benchmark = torch.full((days,), INDEX_RELATIVE)
+    return Market(
+        dates=tuple(f"2020-01-{i + 1:02d}" for i in range(days)),
+        tickers=("A", "B"),
+        feature_names=("f",),
+        features=torch.randn(days, 2, 1, generator=torch.Generator().manual_seed(0)),
+        relatives=relatives,
+        splits=Splits(train=range(0, 18), validation=range(18, 24), holdout=range(24, 30)),
+        benchmark=benchmark,
+    )
+
+
+def zero_actor() -> Actor:
+    """Every logit 0: a third in cash, A and B, every day."""
+    actor = Actor(1, LOOKBACK, encoder_hidden=4, embedding=3, head_hidden=4)
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.zero_()
+    return actor.requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def holdout():
+    market = two_asset_market()
+    return run_range(
+        market,
+        {"champion": zero_actor()},
+        market.splits.holdout,
+        name="holdout",
+        lookback=LOOKBACK,
+        episode_days=EPISODE,
+        cost_rate=COST,
+    )
+
+
+def test_windows_and_dates(holdout):
+    # decisions 23..25 earn days 24..26, decisions 26..28 earn days 27..29
+    assert holdout.window_starts == ["2020-01-24", "2020-01-27"]
+    assert holdout.dates == [f"2020-01-{d:02d}" for d in range(25, 31)]
+    assert set(holdout.traces) == {"champion", "equal_weight", "buy_and_hold", "cash", "index"}
+
+
+def test_cash_and_index(holdout):
+    cash = holdout.traces["cash"]
+    assert np.all(cash.log_returns == 0) and np.all(cash.turnover == 0) and np.all(cash.costs == 0)
+    assert holdout.metrics["cash"].total_return == 0 and math.isnan(holdout.metrics["cash"].sharpe)
+    index = holdout.traces["index"]
+    np.testing.assert_allclose(index.log_returns, [math.log(INDEX_RELATIVE)] * 6, rtol=1e-6)
+    assert holdout.metrics["index"].total_return == pytest.approx(INDEX_RELATIVE**6 - 1, rel=1e-5)
+
+
+def test_equal_weight_rebalanced_daily(holdout):
+    growth = 0.5 * A + 0.5 * B  # 1.025
+    # From cash the first trade buys the whole portfolio; later ones undo one day's drift: |0.5 - 0.55/1.025| * 2.
+    drift = 2 * abs(0.5 - 0.5 * A / growth)  # 0.0731707...
+    window = [math.log(growth) + math.log(1 - COST), *[math.log(growth) + math.log(1 - COST * drift)] * 2]
+    trace = holdout.traces["equal_weight"]
+    np.testing.assert_allclose(trace.log_returns, window * 2, rtol=1e-5)
+    np.testing.assert_allclose(trace.turnover, [1.0, drift, drift] * 2, rtol=1e-5)
+    np.testing.assert_allclose(trace.weights[:, 1:], 0.5)
+
+
+def test_buy_and_hold_trades_once_per_window(holdout):
+    trace = holdout.traces["buy_and_hold"]
+    np.testing.assert_allclose(trace.turnover, [1.0, 0, 0] * 2, atol=1e-6)
+    # A window grows like half in A and half in B bought at its start, less one cost.
+    per_window = math.log(0.5 * A**3 + 0.5 * B**3) + math.log(1 - COST)
+    sums = trace.log_returns.reshape(2, 3).sum(axis=1)
+    np.testing.assert_allclose(sums, [per_window] * 2, rtol=1e-5)
+    assert holdout.metrics["buy_and_hold"].costs == pytest.approx(COST + COST * math.exp(per_window), rel=1e-5)
+
+
+def test_a_known_policy_is_run_deterministically(holdout):
+    """A third in each slot every day: the first trade buys two thirds, later ones undo the drift."""
+    w = np.array([1 / 3, 1 / 3, 1 / 3])
+    r = np.array([1.0, A, B])
+    g = float(w @ r)
+    drift = float(np.abs(w[1:] - w[1:] * r[1:] / g).sum())
+    window = [math.log(g) + math.log(1 - COST * 2 / 3), *[math.log(g) + math.log(1 - COST * drift)] * 2]
+    trace = holdout.traces["champion"]
+    np.testing.assert_allclose(trace.log_returns, window * 2, rtol=1e-5)
+    np.testing.assert_allclose(trace.weights, np.full((6, 3), 1 / 3), rtol=1e-6)
+    metrics = holdout.metrics["champion"]
+    assert metrics.total_return == pytest.approx(math.exp(sum(window) * 2) - 1, rel=1e-5)
+    assert metrics.turnover == pytest.approx(np.mean([2 / 3, drift, drift]) * 252, rel=1e-5)
+
+
+def test_too_short_a_range_is_refused():
+    market = two_asset_market()
+    with pytest.raises(ValueError, match="shorter than one window"):
+        run_range(market, {}, range(24, 26), name="holdout", lookback=LOOKBACK, episode_days=EPISODE, cost_rate=COST)
+
+
+def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
+    """The untrained baseline is what selection would crown from the seed's initial population."""
+    config = override(
+        preset("smoke"),
+        {"env.lookback": 4, "env.episode_days": 10, "evolution.popsize": 5, "model.encoder_hidden": 8},
+    )
+    window = config.env.lookback * market.num_features
+    population = untrained_actor(config, window, market.device)
+    # Independently: the trainer's validation over the same windows, with the population as agents.
+    from environment.vector_env import VectorPortfolioEnv, walk_forward_starts
+    from models.population import Population
+
+    starts = walk_forward_starts(market.splits.validation, lookback=4, episode_days=10)
+    env = VectorPortfolioEnv(
+        market, num_agents=6, num_episodes=len(starts), episode_days=10, lookback=4, cost_rate=config.env.cost_rate
+    )
+    holder = Population(
+        5,
+        window,
+        encoder_hidden=8,
+        embedding=config.model.embedding,
+        head_hidden=config.model.head_hidden,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        exploration=(0.1, 1.0),
+        device="cpu",
+        generator=torch.Generator().manual_seed(0),
+    )
+    with torch.no_grad():
+        for mine, theirs in zip(holder.actor.parameters(), population.parameters()):
+            mine.copy_(theirs)
+    scores = validate(holder, env, torch.tensor(starts))[:5]
+    best = int(scores.argmax())
+
+    results = evaluate(market, config, zero_actor_for(window, config))
+    expected = run_range(
+        market,
+        {"untrained": pick_agent(population, best)},
+        market.splits.holdout,
+        name="holdout",
+        lookback=4,
+        episode_days=10,
+        cost_rate=config.env.cost_rate,
+    )
+    np.testing.assert_allclose(
+        results["holdout"].traces["untrained"].log_returns, expected.traces["untrained"].log_returns
+    )
+    assert not np.allclose(
+        results["holdout"].traces["untrained"].log_returns, results["holdout"].traces["champion"].log_returns
+    )
+    # A second construction from the same seed gives the same initial population.
+    again = untrained_actor(config, window, market.device)
+    assert all(torch.equal(a, b) for a, b in zip(population.parameters(), again.parameters()))
+
+
+def zero_actor_for(window: int, config) -> Actor:
+    model = config.model
+    actor = Actor(
+        1, window, encoder_hidden=model.encoder_hidden, embedding=model.embedding, head_hidden=model.head_hidden
+    )
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.zero_()
+    return actor.requires_grad_(False)
