@@ -185,6 +185,7 @@ def _remote_export(uri: str, scratch: Path) -> Path | None:
     try:
         if storage.stat("actor.json") is None:
             return None
+        scratch.mkdir(parents=True, exist_ok=True)
         for name in ("actor.json", "actor.safetensors"):
             storage.download_file(name, scratch / name)
     finally:
@@ -204,6 +205,7 @@ def load_champion(target: str, scratch: Path) -> Champion:
         if folder is not None:
             champion = _from_export(folder, target.rstrip("/"))
         else:
+            (scratch / "checkpoint").mkdir()
             champion = _from_checkpoint(target, scratch / "checkpoint")
             name = f"{champion.config.checkpoint.run_name or name}-gen-{champion.source['generation']:06d}"
         champion.default_out = Path(f"evaluation-{name}")

@@ -32,7 +32,7 @@ import torch
 from config import Config
 from environment.market import Market
 from environment.vector_env import VectorPortfolioEnv, episode_starts, walk_forward_starts
-from models.ddpg import ddpg_update
+from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
 from training.evolution import evolve_, plan_generation
@@ -213,15 +213,7 @@ class Trainer:
         self._timer.start()
 
         # 1) evaluate: all agents x E windows in lockstep; transitions into the ring
-        start_days = self._sample_train_starts()
-        rewards = collect(
-            self.population,
-            self.train_env,
-            start_days,
-            exploring=self.exploring,
-            buffer=self.buffer,
-            generator=self.generators["exploration"],
-        )
+        rewards = self.collect_episodes(self._sample_train_starts())
         returns_per_episode = episode_returns(rewards)  # (P, E)
         fitness_per_agent = fitness(
             returns_per_episode[:, self.fitness_episodes], kind=cfg.evolution.fitness, worst_k=cfg.evolution.worst_k
@@ -271,10 +263,7 @@ class Trainer:
         self._actor_loss_sum.zero_()
         for _ in range(updates):
             self._check_stop()
-            batch = self.buffer.sample(self.generators["replay"])
-            losses = ddpg_update(
-                self.population, batch, gamma=cfg.ddpg.gamma, tau=cfg.ddpg.tau, max_grad_norm=cfg.ddpg.max_grad_norm
-            )
+            losses = self.ddpg_step()
             self._critic_loss_sum += losses.critic
             self._actor_loss_sum += losses.actor
         losses_host = torch.stack([self._critic_loss_sum, self._actor_loss_sum]).cpu() / max(updates, 1)
@@ -313,6 +302,26 @@ class Trainer:
         jsonl.append_row(self.metrics_path, row)
         self.log(self.format_line(row))
         return row
+
+    def collect_episodes(self, start_days: torch.Tensor) -> torch.Tensor:
+        """Step 1's rollout: every agent on the E windows starting at ``start_days``, transitions into the ring.
+
+        Returns (P, E, D) per-step rewards (the environment's history array, valid until its next reset).
+        """
+        return collect(
+            self.population,
+            self.train_env,
+            start_days,
+            exploring=self.exploring,
+            buffer=self.buffer,
+            generator=self.generators["exploration"],
+        )
+
+    def ddpg_step(self) -> UpdateLosses:
+        """Step 4's unit: one batch per agent from the ring, one batched DDPG update of all agents."""
+        ddpg = self.config.ddpg
+        batch = self.buffer.sample(self.generators["replay"])
+        return ddpg_update(self.population, batch, gamma=ddpg.gamma, tau=ddpg.tau, max_grad_norm=ddpg.max_grad_norm)
 
     def _telemetry(self) -> dict[str, int]:
         """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""

@@ -101,6 +101,27 @@ def test_inspect_and_export_read_from_the_bucket_without_the_replay_ring(gcs_buc
     assert (tmp_path / "exported" / "actor.safetensors").exists()
 
 
+def test_evaluate_reads_a_run_and_an_export_from_the_bucket(gcs_bucket, tmp_path, monkeypatch):
+    import json
+
+    local = tmp_path / "local"
+    assert train("--checkpoint-uri", gcs_bucket, "--local-dir", str(local), "--run-name", "r") == 0
+    monkeypatch.chdir(tmp_path)
+    assert main.main(["evaluate", f"{gcs_bucket}/r", "--json"]) == 0
+    from_bucket = json.loads((tmp_path / "evaluation-r-gen-000003" / "evaluation.json").read_text())
+    assert main.main(["evaluate", str(local / "r"), "--out", str(tmp_path / "local-report")]) == 0
+    from_disk = json.loads((tmp_path / "local-report" / "evaluation.json").read_text())
+    assert from_bucket["ranges"] == from_disk["ranges"]
+
+    assert main.main(["export", str(local / "r"), str(tmp_path / "actor")]) == 0
+    storage = open_storage(gcs_bucket)
+    for path in (tmp_path / "actor").iterdir():
+        storage.upload_file(f"actor/{path.name}", path)
+    assert main.main(["evaluate", f"{gcs_bucket}/actor", "--out", str(tmp_path / "export-report")]) == 0
+    from_export = json.loads((tmp_path / "export-report" / "evaluation.json").read_text())
+    assert from_export["ranges"] == from_disk["ranges"] and from_export["source"]["kind"] == "export"
+
+
 def test_the_pod_template_variable_names_the_bucket(gcs_bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("ERL_CHECKPOINT_URI", gcs_bucket)
     monkeypatch.chdir(tmp_path)

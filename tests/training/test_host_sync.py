@@ -15,8 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import override, preset
-from models.ddpg import ddpg_update
-from training.rollout import collect, validate
+from training.rollout import validate
 from training.runs import load_market
 from training.trainer import Trainer
 
@@ -50,26 +49,14 @@ def make_trainer(tmp_path, device: str) -> Trainer:
 
 
 def phases(trainer: Trainer) -> dict[str, callable]:
-    ddpg = trainer.config.ddpg
     starts = trainer._sample_train_starts()  # drawn on the host once per generation, outside the phases
-
-    def evaluate() -> None:
-        collect(
-            trainer.population,
-            trainer.train_env,
-            starts,
-            exploring=trainer.exploring,
-            buffer=trainer.buffer,
-            generator=trainer.generators["exploration"],
-        )
 
     def update() -> None:
         for _ in range(3):
-            batch = trainer.buffer.sample(trainer.generators["replay"])
-            ddpg_update(trainer.population, batch, gamma=ddpg.gamma, tau=ddpg.tau, max_grad_norm=ddpg.max_grad_norm)
+            trainer.ddpg_step()
 
     return {
-        "evaluate": evaluate,
+        "evaluate": lambda: trainer.collect_episodes(starts),
         "validate": lambda: validate(trainer.population, trainer.validation_env, trainer.validation_starts),
         "update": update,
     }

@@ -1,0 +1,97 @@
+"""The throughput benchmark measures what it claims: its per-agent reference does the trainer's work, one agent at a
+time, and its report has the promised shape. (Speeds are printed by the benchmark, never asserted here.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import throughput
+from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
+from config import override, preset
+from models.ddpg import ddpg_update
+from training.rollout import validate
+from training.runs import load_market
+from training.trainer import Trainer
+
+
+def small_trainer(tmp_path) -> Trainer:
+    config = override(preset("smoke"), {"runtime.device": "cpu", "evolution.popsize": 3, "ddpg.buffer_size": 5000})
+    return Trainer(config, load_market(config, torch.device("cpu")), tmp_path, log=lambda line: None)
+
+
+def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
+    trainer = small_trainer(tmp_path)
+    starts = trainer.validation_starts
+    batched = validate(trainer.population, trainer.validation_env, starts)  # (P + 1,) champion last
+    agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
+    env = trainer.config.env
+    totals = run_episodes(
+        agents,
+        trainer.market,
+        trainer.train_env.gatherer,
+        [int(day) for day in starts],
+        episode_days=env.episode_days,
+        cost_rate=env.cost_rate,
+    )
+    torch.testing.assert_close(totals.sum(dim=1), batched[:-1], rtol=1e-4, atol=1e-5)
+
+
+def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
+    trainer = small_trainer(tmp_path)
+    throughput.fill_buffer(trainer)
+    ddpg = trainer.config.ddpg
+    args = {"gamma": ddpg.gamma, "tau": ddpg.tau, "max_grad_norm": ddpg.max_grad_norm}
+    agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
+    view = single_sample_view(trainer.buffer, ddpg.batch_size)
+    assert view.storage is trainer.buffer.storage and len(view) == len(trainer.buffer)
+
+    # The same transitions for both: the single agent's batch, drawn again from the same generator state.
+    generator = torch.Generator().manual_seed(7)
+    state = generator.get_state()
+    update_agents(agents[:1], view, 1, generator=generator, **args)
+    generator.set_state(state)
+    batch = view.sample(generator)
+    expanded = type(batch)(*(t.expand(trainer.population.popsize, *t.shape[1:]) for t in batch))
+    ddpg_update(trainer.population, expanded, **args)
+    for single, stacked in zip(agents[0].actor.parameters(), trainer.population.actor.parameters()):
+        torch.testing.assert_close(single[0], stacked[0], rtol=1e-4, atol=1e-6)
+
+
+def test_the_report_has_the_promised_shape(capsys):
+    throughput.main(
+        [
+            "--preset",
+            "smoke",
+            "--populations",
+            "2",
+            "3",
+            "--updates",
+            "1",
+            "--reference-updates",
+            "1",
+            "--repeats",
+            "1",
+            "--efficiency-population",
+            "2",
+            "--stability-generations",
+            "7",
+            "--device",
+            "cpu",
+            "--json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert [r["population"] for r in report["results"]] == [2, 3]
+    for result in report["results"]:
+        for key in ("eval_speedup", "update_speedup", "eval_steps_per_s", "reference_eval_steps_per_s"):
+            assert result[key] > 0
+        eval_ratio = result["eval_steps_per_s"] / result["reference_eval_steps_per_s"]
+        assert result["eval_speedup"] == pytest.approx(eval_ratio)
+        assert result["update_speedup"] == pytest.approx(result["updates_per_s"] / result["reference_updates_per_s"])
+    assert report["matmul_flops"] > 0
+    assert set(report["update_efficiency"]) == {"default", "paper"}
+    assert all(e["efficiency"] > 0 for e in report["update_efficiency"].values())
+    assert len(report["stability"]["steps_per_s"]) == 7 - throughput.WARMUP_GENERATIONS
