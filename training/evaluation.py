@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from config import Config
+from environment.kernel import cash_weights
 from environment.market import Market
 from environment.vector_env import VectorPortfolioEnv, walk_forward_starts
 from models.networks import Actor
@@ -132,8 +133,7 @@ def run_range(
     device = market.device
     equal = torch.full((len(starts), n + 1), 1.0 / n, device=device)
     equal[:, 0] = 0.0
-    cash = torch.zeros(len(starts), n + 1, device=device)
-    cash[:, 0] = 1.0
+    cash = cash_weights((len(starts),), n, device=device)
     held = torch.zeros(len(strategies), len(starts), episode_days, n + 1, device=device)
 
     obs = env.reset(torch.tensor(starts, device=device))

@@ -54,9 +54,20 @@ def check_out_dir(out_dir: Path) -> None:
         raise InputError(f"export folder {out_dir} exists and is not empty; choose a new or empty folder")
 
 
-def rebuild_market(config: Config) -> Market:
-    """The run's market, rebuilt on the CPU from the data its config names."""
-    return load_market(config, torch.device("cpu"))
+def rebuild_market(config: Config, *, fingerprint: object, where: str) -> Market:
+    """The run's market, rebuilt on the CPU from the data its config names, and checked against the
+    ``fingerprint`` the run recorded (else the data changed: statistics and splits would not be the run's).
+
+    Raises:
+        CheckpointError: The rebuilt market's fingerprint differs; ``where`` names the checkpoint in the message.
+    """
+    market = load_market(config, torch.device("cpu"))
+    if market_fingerprint(market) != fingerprint:
+        raise CheckpointError(
+            f"the data changed: {config.data.path or 'the bundled data set'} no longer gives the market {where} "
+            "was trained on (its fingerprint differs)"
+        )
+    return market
 
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
@@ -318,12 +329,7 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     if not state.get("champion_generation"):
         raise CheckpointError(f"{gen.path} has no champion yet")
 
-    market = rebuild_market(config)
-    if market_fingerprint(market) != state.get("market_fingerprint"):
-        raise CheckpointError(
-            f"the data changed: {config.data.path or 'the bundled data set'} no longer gives the market "
-            f"{gen.path} was trained on (its fingerprint differs), so its normalisation cannot be rebuilt"
-        )
+    market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
     params = _champion(gen, config, config.env.lookback * market.num_features)
     spec = actor_spec(config=config, market=market, params=params, state=state, gen=gen, run_dir=located.run_dir)
 

@@ -39,8 +39,9 @@ from models.networks import Actor
 from training.evaluation import INDEX, RANGES, RangeResult, evaluate
 from training.export import ACTOR_FORMAT, rebuild_market
 from training.inspection import locate
-from training.trainer import market_fingerprint
+from training.metrics import drawdown_curve, equity_curve
 from utils import checkpoint
+from utils import tensorboard as board_log
 from utils.cli import ArgumentParser
 from utils.errors import CheckpointError, ConfigError, InputError
 from utils.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
@@ -106,16 +107,6 @@ def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, 
             param.copy_(value)
 
 
-def _checked_market(config: Config, fingerprint: Any, where: str) -> Market:
-    market = rebuild_market(config)
-    if market_fingerprint(market) != fingerprint:
-        raise CheckpointError(
-            f"the data changed: {config.data.path or 'the bundled data set'} no longer gives the market {where} "
-            "was trained on (its fingerprint differs)"
-        )
-    return market
-
-
 def _config(document: Any, where: str) -> Config:
     if not isinstance(document, dict):
         raise CheckpointError(f"{where} holds no config")
@@ -133,7 +124,7 @@ def _from_export(folder: Path, label: str) -> Champion:
     if not isinstance(spec, dict) or spec.get("format") != ACTOR_FORMAT or not isinstance(spec.get("source"), dict):
         raise CheckpointError(f"{label}/actor.json is not an exported actor of this project")
     config = _config(spec["source"].get("config"), f"{label}/actor.json")
-    market = _checked_market(config, spec["source"].get("market_fingerprint"), label)
+    market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
     try:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
     except (OSError, safetensors.SafetensorError) as error:
@@ -161,7 +152,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
     config = _config(state.get("config"), str(gen.path / "state.json"))
     if not state.get("champion_generation"):
         raise CheckpointError(f"{gen.path} has no champion yet")
-    market = _checked_market(config, state.get("market_fingerprint"), str(gen.path))
+    market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
     actor = _actor(config, config.env.lookback * market.num_features)
     names = [name for name, _ in actor.named_parameters()]
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
@@ -296,8 +287,6 @@ def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
 
 
 def _write_plots(out: Path, champion: Champion, results: dict[str, RangeResult]) -> list[str]:
-    from training.metrics import drawdown_curve, equity_curve
-
     title = f"champion of {champion.source['path']} (generation {champion.source['generation']})"
 
     def panel_title(result: RangeResult) -> str:
@@ -368,10 +357,8 @@ def write_report(out: Path, champion: Champion, results: dict[str, RangeResult])
 
 
 def _tensorboard(out: Path, written: Sequence[str], tables: str, step: int) -> Path:
-    from utils.tensorboard import TensorBoardLog
-
     log_dir = out / "tensorboard"
-    with TensorBoardLog(log_dir) as board:
+    with board_log.TensorBoardLog(log_dir) as board:
         for name in written:
             if name.endswith(".png"):
                 board.figure(f"evaluation/{name[:-4]}", out / name, step=step)
@@ -381,11 +368,8 @@ def _tensorboard(out: Path, written: Sequence[str], tables: str, step: int) -> P
 
 def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: Callable[[str], None] = print) -> Path:
     """Evaluate, print and write the report; returns the report folder."""
-    if tensorboard:
-        from utils.tensorboard import MISSING_MESSAGE, tensorboard_available
-
-        if not tensorboard_available():  # before any work: the flag cannot be honoured
-            raise InputError(MISSING_MESSAGE)
+    if tensorboard and not board_log.tensorboard_available():  # before any work: the flag cannot be honoured
+        raise InputError(board_log.MISSING_MESSAGE)
     with tempfile.TemporaryDirectory(prefix="erl-evaluate-") as scratch:
         champion = load_champion(target, Path(scratch))
     try:
