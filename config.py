@@ -20,6 +20,7 @@ from utils.errors import ConfigError
 
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
+ActorObjective = Literal["model", "critic"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,10 @@ class DataConfig:
     """Last date to use (YYYY-MM-DD); empty means the file's last date."""
     max_fill_days: int = 5
     """Longest run of missing days inside a ticker that is forward-filled; a longer gap is an error."""
-    validation_days: int = 252
-    """Trading days of the validation range (walk-forward, right after the training range)."""
+    validation_days: int = 504
+    """Trading days of the validation range (right after the training range); it chooses the champion."""
+    gap_days: int = 0
+    """Trading days between validation and holdout that no decision trades (backtest folds use env.lookback)."""
     holdout_days: int = 252
     """Trading days of the holdout range (the last days of the data, untouched by training)."""
 
@@ -43,6 +46,7 @@ class DataConfig:
         _require(self.max_fill_days >= 0, "data.max_fill_days", "must be >= 0")
         _require(self.validation_days >= 1, "data.validation_days", "must be >= 1")
         _require(self.holdout_days >= 1, "data.holdout_days", "must be >= 1")
+        _require(self.gap_days >= 0, "data.gap_days", "must be >= 0")
         for key in ("start", "end"):
             value = getattr(self, key)
             if value:
@@ -102,6 +106,8 @@ class DDPGConfig:
     """Largest per-agent exploration stdev; slots get log-spaced values between the two."""
     max_grad_norm: float = 1.0
     """Per-agent gradient-norm clip for actor and critic; 0 disables clipping."""
+    actor_objective: ActorObjective = "model"
+    """model: the exact next-day reward of the action on the recorded prices + gamma * critic; critic: -Q(s, a)."""
 
     def __post_init__(self) -> None:
         _require(0.0 <= self.gamma <= 1.0, "ddpg.gamma", "must be in [0, 1]")
@@ -172,6 +178,15 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class SelectionConfig:
+    alpha: float = 0.05
+    """Chance, at most, that a run ever crowns an agent with no edge over equal weight (training/selection.py)."""
+
+    def __post_init__(self) -> None:
+        _require(0.0 < self.alpha < 1.0, "selection.alpha", "must be in (0, 1)")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     uri: str = "runs"
     """Where runs live: a local folder or gs://bucket/prefix; each run is URI/RUN_NAME."""
@@ -215,18 +230,19 @@ class Config:
     """Genetic algorithm over the population."""
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     """Rollouts that fill the buffer and measure fitness."""
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    """How the champion is chosen on the validation range."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Run folders and retention."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """Seed, device, length of the run."""
 
     def __post_init__(self) -> None:
-        for key in ("validation_days", "holdout_days"):
-            _require(
-                getattr(self.data, key) >= self.env.episode_days,
-                f"data.{key}",
-                f"must hold at least one episode (env.episode_days = {self.env.episode_days})",
-            )
+        _require(
+            self.data.validation_days >= 2,
+            "data.validation_days",
+            "must be >= 2 (the selection test needs a spread of daily returns)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -5,6 +5,7 @@
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
+    python main.py backtest [--seeds 0,1,2] [--folds 4] [training flags]          walk-forward backtest
 
 Bad input (flags, config, data, checkpoints) ends with a one-line error and exit status 2.
 """
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             from training import export
 
             return export.main(argv[1:])
+        if argv and argv[0] == "backtest":
+            from training import backtest
+
+            return backtest.main(argv[1:])
         return train(argv)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)

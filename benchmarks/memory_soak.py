@@ -77,7 +77,8 @@ def replay_table(num_assets: int = TABLE_ASSETS) -> list[dict[str, int]]:
         for num_features in TABLE_FEATURES:
             features = torch.randn(lookback + 2, num_assets, num_features)  # (T, N, K), just enough days
             gatherer = WindowGatherer(features, lookback)
-            buffer = ReplayBuffer(1024, num_assets, gatherer, sample_shape=(1, 1), device="cpu")
+            relatives = torch.ones(lookback + 2, num_assets)
+            buffer = ReplayBuffer(1024, num_assets, gatherer, relatives, sample_shape=(1, 1), device="cpu")
             table.append(
                 {
                     "lookback": lookback,

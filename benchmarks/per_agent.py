@@ -147,6 +147,7 @@ def single_sample_view(buffer: ReplayBuffer, batch_size: int) -> ReplayBuffer:
         1,
         buffer.storage["weights"].shape[1] - 1,
         buffer.gatherer,
+        buffer.relatives,
         sample_shape=(1, batch_size),
         device=buffer.storage["days"].device,
     )

@@ -10,9 +10,12 @@ Every feature is causal: the value on day ``t`` uses prices up to and including 
 
 The exponential averages (RSI, MACD) have no finite window, so the warm-up counts them as full after
 three spans of the slowest one, when the days before the data start would weigh under 0.3 %. The
-first ``WARMUP_DAYS`` rows are dropped; then each (asset, feature) is z-scored with the mean and
-standard deviation of the training rows only and clipped to [-5, 5]; the ``Market`` keeps those
-statistics (``feature_mean``, ``feature_std``) so the same normalisation can be applied elsewhere.
+first ``WARMUP_DAYS`` rows are dropped; then each feature is z-scored with the mean and standard
+deviation of the training rows of all assets together, and clipped to [-5, 5]. Pooling over assets
+matters: a per-asset z-score would subtract each asset's own average return and volatility, and so
+hide from the agents exactly the differences between assets that a portfolio is built on (which asset
+leads, which is calm). The ``Market`` keeps the statistics (``feature_mean``, ``feature_std``, one row
+per asset, all rows equal) so the same normalisation can be applied elsewhere.
 """
 
 from __future__ import annotations
@@ -96,13 +99,14 @@ def build_market(
     episode_days: int,
     validation_days: int,
     holdout_days: int,
+    gap_days: int = 0,
     device: torch.device | str = "cpu",
 ) -> Market:
     """Builds the features, relatives and splits of a price table, on ``device``.
 
     The first ``WARMUP_DAYS`` rows of the table are dropped; of the T rows left, the holdout is the
-    last ``holdout_days``, validation the ``validation_days`` before it, and train everything before
-    (see the time conventions in ``environment.market``).
+    last ``holdout_days``, then ``gap_days`` that no decision trades, validation the ``validation_days``
+    before them, and train everything before (see the time conventions in ``environment.market``).
 
     Raises:
         DataError: the table has too few rows for one training episode plus validation and holdout.
@@ -115,30 +119,37 @@ def build_market(
     ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if gap_days < 0:
+        raise ValueError(f"gap_days must be >= 0, got {gap_days}")
     # The first training decision needs `lookback` days of features (day lookback - 1) and an episode
     # earns `episode_days` returns after it, all inside train: train.stop >= lookback + episode_days.
-    needed = WARMUP_DAYS + lookback + episode_days + validation_days + holdout_days
+    needed = WARMUP_DAYS + lookback + episode_days + validation_days + gap_days + holdout_days
     if table.num_days < needed:
         span = f" ({_iso(table.dates[0])} to {_iso(table.dates[-1])})" if table.num_days else ""
+        gap = f" + data.gap_days {gap_days}" if gap_days else ""
         raise DataError(
             f"the price data has {table.num_days} rows{span} but needs at least {needed}: "
             f"{WARMUP_DAYS} feature warm-up + env.lookback {lookback} + env.episode_days {episode_days} "
-            f"+ data.validation_days {validation_days} + data.holdout_days {holdout_days}; "
+            f"+ data.validation_days {validation_days}{gap} + data.holdout_days {holdout_days}; "
             "use more data (an earlier data.start) or smaller settings"
         )
 
     num_days = table.num_days - WARMUP_DAYS
-    train_stop = num_days - validation_days - holdout_days
+    holdout_start = num_days - holdout_days
+    train_stop = holdout_start - gap_days - validation_days
     splits = Splits(
         train=range(0, train_stop),
-        validation=range(train_stop, num_days - holdout_days),
-        holdout=range(num_days - holdout_days, num_days),
+        validation=range(train_stop, train_stop + validation_days),
+        holdout=range(holdout_start, num_days),
+        gap=range(train_stop + validation_days, holdout_start),
     )
 
     features = raw_features(table.prices)[WARMUP_DAYS:]  # (T, N, K)
     train = features[:train_stop]
-    mean = train.mean(axis=0)  # (N, K)
-    std = train.std(axis=0)
+    num_assets = features.shape[1]
+    # One mean and spread per feature over all assets' training days, repeated per asset: (N, K).
+    mean = np.broadcast_to(train.mean(axis=(0, 1)), (num_assets, train.shape[2])).copy()
+    std = np.broadcast_to(train.std(axis=(0, 1)), (num_assets, train.shape[2])).copy()
     std = np.where(std > _MIN_STD, std, 1.0)  # a constant feature becomes 0, not NaN
     features = np.clip((features - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
     if not np.isfinite(features).all():

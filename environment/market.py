@@ -20,11 +20,16 @@ import torch
 
 @dataclass(frozen=True)
 class Splits:
-    """Half-open day ranges ``[start, stop)`` of ``features``, in time order, covering every row."""
+    """Half-open day ranges ``[start, stop)`` of ``features``, in time order, covering every row.
+
+    ``gap`` lies between validation and holdout; no decision earns its returns. With ``len(gap)`` equal to
+    the lookback, the first holdout decision's window holds no day that training or validation traded.
+    """
 
     train: range
     validation: range
     holdout: range
+    gap: range = range(0)
 
 
 @dataclass(frozen=True)

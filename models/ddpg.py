@@ -3,6 +3,16 @@
 Each agent's loss depends only on its own slice of the stacked parameters, so the sum of the
 per-agent losses has, for each slice, exactly that agent's gradient: one backward trains all P.
 Anything that is not elementwise (the gradient-norm clip) is computed per agent.
+
+The critic learns Q on the usual TD target. The actor has two objectives:
+
+* ``critic``: plain DDPG, maximise ``Q(s, actor(s))``. The critic must learn from noisy rewards how each
+  asset's weight pays, and its errors are what the actor climbs.
+* ``model``: the market is exogenous (a trade moves no price), so the day after a recorded decision is known
+  for *any* action: maximise ``r(s, a) + gamma * Q(s', actor(s'))`` with ``a = actor(s)``, where ``r`` and the
+  next weights in ``s'`` come from ``environment.kernel.portfolio_step`` on the recorded price relatives,
+  differentiated exactly. Only the value of the days after that comes from the critic (a one-step value
+  expansion). Costs are in ``r``, so every gradient weighs a trade against what it pays.
 """
 
 from __future__ import annotations
@@ -11,6 +21,8 @@ from typing import NamedTuple
 
 import torch
 
+from config import ActorObjective
+from environment.kernel import portfolio_step
 from models.population import Population
 from models.replay import ReplayBatch
 
@@ -23,9 +35,17 @@ class UpdateLosses(NamedTuple):
 
 
 def ddpg_update(
-    population: Population, batch: ReplayBatch, *, gamma: float, tau: float, max_grad_norm: float
+    population: Population,
+    batch: ReplayBatch,
+    *,
+    gamma: float,
+    tau: float,
+    max_grad_norm: float,
+    objective: ActorObjective = "critic",
+    cost_rate: float = 0.0,
 ) -> UpdateLosses:
-    """Critic on the TD target, actor on -Q, then Polyak-average both targets."""
+    """Critic on the TD target, actor on ``objective`` (see the module docstring), then Polyak-average both
+    targets. ``cost_rate`` is the environment's, for the ``model`` objective."""
     actor, critic = population.actor, population.critic
 
     with torch.no_grad():
@@ -43,7 +63,17 @@ def ddpg_update(
 
     critic.requires_grad_(False)  # the actor's loss must not spend work on critic gradients
     try:
-        actor_loss = -critic(batch.windows, batch.weights, actor(batch.windows, batch.weights)).mean(dim=1)
+        actions = actor(batch.windows, batch.weights)  # (P, B, N + 1)
+        if objective == "model":
+            step = portfolio_step(batch.weights, actions, batch.next_relatives, cost_rate=cost_rate)
+            value = step.rewards  # (P, B)
+            if gamma > 0:
+                next_actions = actor(batch.next_windows, step.next_weights)
+                next_q = critic(batch.next_windows, step.next_weights, next_actions)
+                value = value + gamma * (1.0 - batch.terminated) * next_q
+        else:
+            value = critic(batch.windows, batch.weights, actions)
+        actor_loss = -value.mean(dim=1)
         population.actor_optim.zero_grad()
         actor_loss.sum().backward()
     finally:

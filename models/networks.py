@@ -10,6 +10,9 @@ way.
 
 * Actor: per asset, [embedding, mean embedding over assets, the asset's weight] -> MLP -> a logit;
   cash gets a logit from [mean embedding, cash weight]. Softmax over N + 1 gives target weights.
+  The policy is a tilt around equal weight: the heads' last layers start near zero, and the cash logit
+  starts at ``CASH_LOGIT``, so a new agent holds close to 1/N in every asset and trades little until
+  learning gives it a reason to. All-zero last layers are exactly equal weight (``set_equal_weight_``).
 * Critic: per asset, [embedding, weight, action] -> MLP, averaged over assets, then with the cash
   weight and action -> MLP -> Q.
 """
@@ -22,6 +25,13 @@ import math
 import torch
 from torch import nn
 
+CASH_LOGIT = -4.0
+"""Initial bias of the cash logit: a new agent keeps about e^-4 / N of its value in cash."""
+EQUAL_WEIGHT_CASH_LOGIT = -40.0
+"""Cash logit of the equal-weight policy: below float32 resolution next to N logits of 0."""
+HEAD_INIT_SCALE = 0.1
+"""The heads' last layers start at this fraction of the default scale: agents start as small tilts."""
+
 
 class BatchedLinear(nn.Module):
     """P independent linear layers: (P or 1, M, in) -> (P, M, out)."""
@@ -32,9 +42,9 @@ class BatchedLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(popsize, 1, out_features))
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        """Uniform(-1/sqrt(in), 1/sqrt(in)), each agent drawn independently (nn.Linear's scale)."""
-        bound = 1.0 / math.sqrt(self.weight.shape[1])
+    def reset_parameters(self, generator: torch.Generator, *, scale: float = 1.0) -> None:
+        """Uniform(-b, b) with b = scale/sqrt(in), each agent drawn independently (nn.Linear's scale at 1)."""
+        bound = scale / math.sqrt(self.weight.shape[1])
         for tensor in (self.weight, self.bias):
             noise = torch.rand(tensor.shape, generator=generator, device=generator.device)
             tensor.copy_(noise.to(tensor.device).mul_(2 * bound).sub_(bound))
@@ -53,9 +63,9 @@ class BatchedMLP(nn.Module):
         self.layers = nn.ModuleList(BatchedLinear(popsize, a, b) for a, b in itertools.pairwise(sizes))
         self.final_activation = final_activation
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        for layer in self.layers:
-            layer.reset_parameters(generator)
+    def reset_parameters(self, generator: torch.Generator, *, last_scale: float = 1.0) -> None:
+        for index, layer in enumerate(self.layers):
+            layer.reset_parameters(generator, scale=last_scale if index == len(self.layers) - 1 else 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         leading = x.shape[:-1]
@@ -92,8 +102,19 @@ class Actor(nn.Module):
         self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        for module in (self.encoder, self.asset_head, self.cash_head):
-            module.reset_parameters(generator)
+        self.encoder.reset_parameters(generator)
+        self.asset_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE)
+        self.cash_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE)
+        with torch.no_grad():
+            self.cash_head.layers[-1].bias.add_(CASH_LOGIT)
+
+    @torch.no_grad()
+    def set_equal_weight_(self) -> None:
+        """Every agent becomes the equal-weight policy: 1/N in each asset, nothing in cash, whatever it sees."""
+        for head in (self.asset_head, self.cash_head):
+            head.layers[-1].weight.zero_()
+            head.layers[-1].bias.zero_()
+        self.cash_head.layers[-1].bias.fill_(EQUAL_WEIGHT_CASH_LOGIT)
 
     def logits(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """windows (P or 1, M, N, L * K), weights (P, M, N + 1) -> logits (P, M, N + 1)."""

@@ -16,7 +16,7 @@ from models.optim import BatchedAdam
 
 
 class Population:
-    """P DDPG agents as stacked tensors, plus the champion's actor.
+    """P DDPG agents as stacked tensors, plus the champion's actor (equal weight until an agent is crowned).
 
     Args:
         popsize: P.
@@ -55,6 +55,7 @@ class Population:
             _copy_all(self.actor_target.parameters(), self.actor.parameters())
             _copy_all(self.critic_target.parameters(), self.critic.parameters())
             self.champion.reset_parameters(generator)
+            self.champion.set_equal_weight_()  # until an agent proves an edge over it (training.selection)
         for module in (self.actor_target, self.critic_target, self.champion):
             module.requires_grad_(False)
         self.actor_optim = BatchedAdam(list(self.actor.parameters()), lr=actor_lr)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import torch
 
+from environment.kernel import with_cash
 from environment.observation import WindowGatherer
 
 
@@ -35,6 +36,9 @@ class ReplayBatch(NamedTuple):
     """(P, B) float, 1 where the episode ended for good (no bootstrap)."""
     truncated: torch.Tensor
     """(P, B) float, 1 where the window ended (bootstrap through it)."""
+    next_relatives: torch.Tensor
+    """(P, B, N + 1) the price relatives the step earned, cash first: the market is exogenous, so the reward
+    of any other action on that day follows from them (``environment.kernel.portfolio_step``)."""
 
 
 class ReplayBuffer:
@@ -44,6 +48,7 @@ class ReplayBuffer:
         capacity: transitions held; the oldest are overwritten.
         num_assets: N.
         gatherer: rebuilds windows from the feature tensor.
+        relatives: (T, N) price relatives of the market (read, never written).
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
     """
@@ -53,12 +58,14 @@ class ReplayBuffer:
         capacity: int,
         num_assets: int,
         gatherer: WindowGatherer,
+        relatives: torch.Tensor,
         *,
         sample_shape: tuple[int, int],
         device: torch.device | str,
     ) -> None:
         self.capacity = capacity
         self.gatherer = gatherer
+        self.relatives = relatives
         self.sample_shape = sample_shape
         self.pos = 0
         self.size = 0
@@ -156,6 +163,7 @@ class ReplayBuffer:
             next_weights=s["next_weights"][index],
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
+            next_relatives=with_cash(self.relatives[days + 1]),
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ def small_trainer(tmp_path) -> Trainer:
 def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
     trainer = small_trainer(tmp_path)
     starts = trainer.validation_starts
-    batched = validate(trainer.population, trainer.validation_env, starts)  # (P + 1,) champion last
+    daily = validate(trainer.population, trainer.validation_env, starts)  # (P + 2, D): agents, champion, EW
     agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
     env = trainer.config.env
     totals = run_episodes(
@@ -33,10 +33,10 @@ def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
         trainer.market,
         trainer.train_env.gatherer,
         [int(day) for day in starts],
-        episode_days=env.episode_days,
+        episode_days=trainer.validation_env.episode_days,
         cost_rate=env.cost_rate,
     )
-    torch.testing.assert_close(totals.sum(dim=1), batched[:-1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(totals.sum(dim=1), daily[:-2].sum(dim=1), rtol=1e-4, atol=1e-5)
 
 
 def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):

@@ -75,9 +75,11 @@ def test_bad_overrides_name_the_key(key, value, phrase):
     assert "\n" not in str(error.value)
 
 
-def test_validation_and_holdout_must_hold_an_episode():
-    with pytest.raises(ConfigError, match=r"data\.validation_days"):
-        override(Config(), {"data.validation_days": "10", "env.episode_days": "20"})
+def test_validation_needs_two_days_for_the_selection_test():
+    with pytest.raises(ConfigError, match=r"data\.validation_days.*>= 2"):
+        override(Config(), {"data.validation_days": "1"})
+    # Validation is one continuous episode of its own length, so it need not hold a training episode.
+    assert override(Config(), {"data.validation_days": "10", "env.episode_days": "20"}).data.validation_days == 10
 
 
 def test_from_dict_rejects_unknown_keys():

@@ -1,17 +1,17 @@
 """Out-of-sample evaluation: the champion against the obvious alternatives, on the same windows and costs.
 
-A range (validation or holdout) is cut into consecutive, non-overlapping windows of ``episode_days`` decisions
-(``walk_forward_starts``), the way validation scores the champion during training: every window starts in cash
-and ends after ``episode_days`` days; the windows are chained into one daily series, so the equity curve compounds
-across them. Every strategy runs in one ``VectorPortfolioEnv`` (one agent slot each), so all of them see the same
-days, pay the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
+A range (validation or holdout) is run as one episode, the way validation scores the champion during training:
+every strategy starts in cash on the decision day before the range's first day and trades every day of it.
+Every strategy runs in one ``VectorPortfolioEnv`` (one agent slot each), so all of them see the same days, pay
+the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
 
-* ``champion``: the run's champion actor, deterministic (no exploration noise).
+* ``champion``: the run's champion actor, deterministic (no exploration noise); equal weight when no agent
+  proved an edge (``training.selection``).
 * ``untrained``: the population's initial agents (the run's seed, before any training), the one that scores best on
   the validation range: what selection would have crowned with no learning at all. The difference to
   ``champion`` is what training bought.
 * ``equal_weight``: 1/N in every asset, rebalanced to it every day.
-* ``buy_and_hold``: 1/N in every asset at the window's start, then left to drift.
+* ``buy_and_hold``: 1/N in every asset on the first day, then left to drift.
 * ``cash``: never invests (zero return, zero risk: the floor).
 * ``index``: the data set's benchmark index (the bundled data has the S&P 500), held without costs.
 """
@@ -26,7 +26,7 @@ import torch
 from config import Config
 from environment.kernel import cash_weights
 from environment.market import Market
-from environment.vector_env import VectorPortfolioEnv, walk_forward_starts
+from environment.vector_env import VectorPortfolioEnv
 from models.networks import Actor
 from models.population import Population
 from training.metrics import RiskMetrics, risk_metrics
@@ -61,7 +61,7 @@ class RangeResult:
     dates: list[str]
     """(D,) the day each return is earned (the close it is measured at)."""
     window_starts: list[str]
-    """The first decision day of every window."""
+    """The first decision day (the episode starts in cash at its close)."""
     traces: dict[str, Trace]
     metrics: dict[str, RiskMetrics]
 
@@ -108,17 +108,17 @@ def run_range(
     *,
     name: str,
     lookback: int,
-    episode_days: int,
     cost_rate: float,
 ) -> RangeResult:
-    """Every actor (one agent each) and every rule on the walk-forward windows of ``days``.
+    """Every actor (one agent each) and every rule on the days of ``days``, as one episode from cash.
 
     Raises:
-        ValueError: ``days`` is too short for one window.
+        ValueError: ``days`` is empty or its first decision would lack a full lookback window.
     """
-    starts = walk_forward_starts(days, lookback=lookback, episode_days=episode_days)
-    if not starts:
-        raise ValueError(f"the {name} range ({len(days)} days) is shorter than one window of {episode_days} days")
+    if len(days) == 0 or days.start - 1 < lookback - 1:
+        raise ValueError(f"the {name} range has no day that a full lookback window of {lookback} days can trade")
+    starts = [days.start - 1]
+    episode_days = len(days)
     strategies = [*actors, *RULE_STRATEGIES]
     slots = {strategy: i for i, strategy in enumerate(strategies)}
     n = market.num_assets
@@ -178,7 +178,7 @@ def run_range(
 def evaluate(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
     env = config.env
-    settings = {"lookback": env.lookback, "episode_days": env.episode_days, "cost_rate": env.cost_rate}
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate}
     window_size = env.lookback * market.num_features
     population = untrained_actor(config, window_size, market.device)
     # The untrained agent is chosen the way the champion is: by its validation score.

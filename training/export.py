@@ -245,11 +245,16 @@ def readme_text(spec: dict[str, Any], folder_name: str) -> str:
     source = spec["source"]
     score = spec["validation_score"]
     score_text = "n/a" if score is None else f"{score:+.4f}"
+    found = (
+        "equal weight: no agent's edge over it passed the selection test"
+        if spec["champion_generation"] == 0
+        else f"found in generation {spec['champion_generation']}"
+    )
     return f"""# Exported ERL trader actor
 
-The champion of run `{source["run_name"]}` at generation {spec["generation"]} (found in generation
-{spec["champion_generation"]}, validation score {score_text}: total log return over the walk-forward validation
-windows {spec["dates"]["validation"][0]} to {spec["dates"]["validation"][1]}), trained on {num_assets} assets
+The champion of run `{source["run_name"]}` at generation {spec["generation"]} ({found}; validation score
+{score_text}: total log return over the validation range {spec["dates"]["validation"][0]} to
+{spec["dates"]["validation"][1]}, one episode from cash), trained on {num_assets} assets
 ({", ".join(tickers)}) with data `{source["data"]}`.
 
 | file | what it holds |
@@ -326,8 +331,6 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
         raise CheckpointError(f"{gen.path / 'state.json'} holds no config")
     config = Config.from_dict(state["config"])
-    if not state.get("champion_generation"):
-        raise CheckpointError(f"{gen.path} has no champion yet")
 
     market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
     params = _champion(gen, config, config.env.lookback * market.num_features)
@@ -348,9 +351,11 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    score = spec["validation_score"]
+    found = "equal weight" if spec["champion_generation"] == 0 else f"found in generation {spec['champion_generation']}"
     log(
-        f"exported the champion of {gen.path} (validation score {spec['validation_score']:+.4f}, found in "
-        f"generation {spec['champion_generation']}) to {out_dir}: {', '.join(FILES)}"
+        f"exported the champion of {gen.path} ({found}, validation log return "
+        f"{'n/a' if score is None else format(score, '+.4f')}) to {out_dir}: {', '.join(FILES)}"
     )
     return out_dir
 

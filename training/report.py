@@ -150,8 +150,6 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
     if not isinstance(state, dict):
         raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
     config = _config(state.get("config"), str(gen.path / "state.json"))
-    if not state.get("champion_generation"):
-        raise CheckpointError(f"{gen.path} has no champion yet")
     market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
     actor = _actor(config, config.env.lookback * market.num_features)
     names = [name for name, _ in actor.named_parameters()]
@@ -164,10 +162,27 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
         "generation": gen.generation,
         "champion_generation": state.get("champion_generation"),
         "validation_score": state.get("champion_score"),
+        "validation_edge": state.get("champion_edge"),
     }
     run_dir = located.run_dir
     default = (run_dir if run_dir is not None else gen.path.parent) / "evaluation" / gen.path.name
     return Champion(config, market, actor, source, history if isinstance(history, list) else None, default)
+
+
+def describe_champion(source: dict[str, Any]) -> str:
+    """One line: where the champion comes from and what selection saw in it."""
+    score = source.get("validation_score")
+    score_text = "n/a" if score is None else f"{score:+.4f}"
+    where = f"champion of {source['path']} (generation {source.get('generation')}"
+    if source.get("champion_generation") == 0:
+        return (
+            f"{where}: equal weight; no agent's edge over it survived the selection test, "
+            f"validation log return {score_text})"
+        )
+    edge = source.get("validation_edge")
+    edge_text = "" if edge is None else f", edge lower bound {edge * 100:+.1f}%/y"
+    generation = source.get("champion_generation")
+    return f"{where}, found in generation {generation}, validation log return {score_text}{edge_text})"
 
 
 def _remote_export(uri: str, scratch: Path) -> Path | None:
@@ -248,8 +263,8 @@ def table(result: RangeResult, *, cost_rate: float) -> str:
     """The metrics of one range as a fixed-width table."""
     role = "out of sample" if result.name == "holdout" else "in sample: it chose the champion"
     header = (
-        f"{result.name} ({role}) {result.dates[0]} to {result.dates[-1]}: {len(result.window_starts)} windows, "
-        f"{len(result.dates)} days, costs {cost_rate * 1e4:g} bp per unit of turnover"
+        f"{result.name} ({role}) {result.dates[0]} to {result.dates[-1]}: "
+        f"{len(result.dates)} days from cash, costs {cost_rate * 1e4:g} bp per unit of turnover"
     )
     columns = ("strategy", "total", "annual", "vol", "Sharpe", "Sortino", "max DD", "Calmar", "turnover/y", "costs")
     lines = [header, f"{columns[0]:<22}" + "".join(f"{c:>11}" for c in columns[1:])]
@@ -290,7 +305,7 @@ def _write_plots(out: Path, champion: Champion, results: dict[str, RangeResult])
     title = f"champion of {champion.source['path']} (generation {champion.source['generation']})"
 
     def panel_title(result: RangeResult) -> str:
-        return f"{result.name}: {result.dates[0]} to {result.dates[-1]} ({len(result.window_starts)} windows)"
+        return f"{result.name}: {result.dates[0]} to {result.dates[-1]}"
 
     def curves(result: RangeResult, transform) -> SeriesPanel:
         # Points are closes: the day before the first return, then every day a return is earned.
@@ -384,11 +399,8 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
     if as_json:
         log(json.dumps(report_document(champion, results), allow_nan=False))
     else:
-        score = champion.source.get("validation_score")
         log(
-            f"champion of {champion.source['path']} (generation {champion.source['generation']}, found in "
-            f"generation {champion.source['champion_generation']}, validation score "
-            f"{'n/a' if score is None else f'{score:+.4f}'})\n\n{tables}\n\n"
+            f"{describe_champion(champion.source)}\n\n{tables}\n\n"
             f"report: {folder} ({', '.join(written)}{', tensorboard/' if tensorboard else ''})"
         )
     return folder

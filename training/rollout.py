@@ -47,22 +47,27 @@ def collect(
 
 @torch.no_grad()
 def validate(population: Population, env: VectorPortfolioEnv, start_days: torch.Tensor) -> torch.Tensor:
-    """Deterministic policies of the P agents and the champion on the same windows.
+    """Deterministic policies of the P agents, the champion and equal weight on the same days.
 
-    ``env`` has P + 1 agents; the last is the champion.
+    ``env`` has P + 2 agents: the population, then the champion, then equal weight (1/N in every asset,
+    rebalanced daily), the baseline of ``training.selection``. Validation runs its range as one episode.
 
     Returns:
-        (P + 1,) total log return over all windows, the champion's last.
+        (P + 2, E * D) daily log returns net of costs, episodes in order, the champion and equal weight last.
     """
     popsize = population.popsize
     obs = env.reset(start_days)
+    num_assets = obs.weights.shape[-1] - 1
+    equal = torch.full_like(obs.weights[-1:], 1.0 / num_assets)  # (1, E, N + 1)
+    equal.select(-1, 0).fill_(0.0)
     while obs is not None:
         windows = obs.windows.unsqueeze(0)
         actions = torch.cat(
             [
                 population.actor(windows, obs.weights[:popsize]),
-                population.champion(windows, obs.weights[popsize:]),
+                population.champion(windows, obs.weights[popsize : popsize + 1]),
+                equal,
             ]
-        )  # (P + 1, E, N + 1)
+        )  # (P + 2, E, N + 1)
         _, obs = env.step(actions)
-    return env.rewards_per_episode.sum(dim=(1, 2))
+    return env.rewards_per_episode.flatten(1)

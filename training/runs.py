@@ -48,6 +48,7 @@ def load_market(config: Config, device: torch.device) -> Market:
         episode_days=config.env.episode_days,
         validation_days=data.validation_days,
         holdout_days=data.holdout_days,
+        gap_days=data.gap_days,
         device=device,
     )
 

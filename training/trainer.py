@@ -31,13 +31,14 @@ import torch
 
 from config import Config
 from environment.market import Market
-from environment.vector_env import VectorPortfolioEnv, episode_starts, walk_forward_starts
+from environment.vector_env import VectorPortfolioEnv, episode_starts
 from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
 from training.evolution import evolve_, plan_generation
 from training.fitness import episode_returns, fitness
 from training.rollout import collect, validate
+from training.selection import choose_champion, edge_bounds, selection_z
 from utils import checkpoint, jsonl
 from utils.errors import CheckpointError
 from utils.telemetry import (
@@ -151,15 +152,14 @@ class Trainer:
         self.train_starts = episode_starts(
             market.splits.train, lookback=env_cfg.lookback, episode_days=env_cfg.episode_days
         )
-        self.validation_starts = torch.tensor(
-            walk_forward_starts(market.splits.validation, lookback=env_cfg.lookback, episode_days=env_cfg.episode_days),
-            device=self.device,
-        )
+        # Validation: the whole range as one episode from cash, for agents, champion and equal weight.
+        validation = market.splits.validation
+        self.validation_starts = torch.tensor([validation.start - 1], device=self.device)
         self.validation_env = VectorPortfolioEnv(
             market,
-            num_agents=popsize + 1,
-            num_episodes=len(self.validation_starts),
-            episode_days=env_cfg.episode_days,
+            num_agents=popsize + 2,
+            num_episodes=1,
+            episode_days=len(validation),
             lookback=env_cfg.lookback,
             cost_rate=env_cfg.cost_rate,
         )
@@ -183,6 +183,7 @@ class Trainer:
             ddpg.buffer_size,
             market.num_assets,
             self.train_env.gatherer,
+            market.relatives,
             sample_shape=(popsize, ddpg.batch_size),
             device=self.device,
         )
@@ -194,7 +195,8 @@ class Trainer:
 
         self.generation = 0
         self.champion_score = -math.inf
-        self.champion_generation = 0
+        self.champion_edge = 0.0
+        self.champion_generation = 0  # 0: no agent crowned, the champion is equal weight
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
     # ------------------------------------------------------------------ the loop
@@ -221,23 +223,27 @@ class Trainer:
         self._timer.mark("evaluate_s")
         self._check_stop()
 
-        # 2) validate: agents and champion on the same walk-forward windows
-        scores = validate(self.population, self.validation_env, self.validation_starts)  # (P + 1,)
-        validation_per_agent, champion_before = scores[:popsize], scores[popsize]
+        # 2) validate: agents, champion and equal weight on the same days; crown only a proven edge
+        daily = validate(self.population, self.validation_env, self.validation_starts)  # (P + 2, D)
+        z = selection_z(popsize, self.generation + 1, cfg.selection.alpha)
+        edges = edge_bounds(daily[: popsize + 1], daily[popsize + 1], z=z)  # (P + 1,)
+        totals = daily.sum(dim=1)  # (P + 2,)
         self._timer.mark("validate_s")
 
         # One host synchronisation: everything the decisions and the log need from the device.
         fitness_host = fitness_per_agent.cpu()
-        validation_host = validation_per_agent.cpu()
-        # Before the first crowning the champion slot holds no agent: any score beats it.
-        champion_before = float(champion_before) if self.champion_generation > 0 else -math.inf
+        edges_host, totals_host = edges.cpu(), totals.cpu()
+        validation_host = totals_host[:popsize]
         best = int(validation_host.argmax())
-        if float(validation_host[best]) > champion_before:
-            self.population.crown(best)
-            self.champion_score = float(validation_host[best])
+        crowned = choose_champion(edges_host[:popsize], float(edges_host[popsize]))
+        if crowned is not None:
+            self.population.crown(crowned)
             self.champion_generation = self.generation + 1
+            self.champion_score = float(totals_host[crowned])
+            self.champion_edge = float(edges_host[crowned])
         else:
-            self.champion_score = champion_before
+            self.champion_score = float(totals_host[popsize])
+            self.champion_edge = float(edges_host[popsize])
 
         # 3) evolve: select on the fitness of exactly these parameters, in place
         plan = plan_generation(
@@ -280,7 +286,11 @@ class Trainer:
             "worst_fitness": float(fitness_host.min()),
             "validation_best": float(validation_host[best]),
             "validation_mean": float(validation_host.mean()),
+            "validation_equal_weight": float(totals_host[popsize + 1]),
+            "edge_best": float(edges_host[:popsize].max()),
+            "selection_z": z,
             "champion_score": self.champion_score,
+            "champion_edge": self.champion_edge,
             "champion_generation": self.champion_generation,
             "elites": [int(i) for i in torch.nonzero(plan.elite).flatten()],
             "critic_loss": float(losses_host[0].mean()),
@@ -321,7 +331,15 @@ class Trainer:
         """Step 4's unit: one batch per agent from the ring, one batched DDPG update of all agents."""
         ddpg = self.config.ddpg
         batch = self.buffer.sample(self.generators["replay"])
-        return ddpg_update(self.population, batch, gamma=ddpg.gamma, tau=ddpg.tau, max_grad_norm=ddpg.max_grad_norm)
+        return ddpg_update(
+            self.population,
+            batch,
+            gamma=ddpg.gamma,
+            tau=ddpg.tau,
+            max_grad_norm=ddpg.max_grad_norm,
+            objective=ddpg.actor_objective,
+            cost_rate=self.config.env.cost_rate,
+        )
 
     def _telemetry(self) -> dict[str, int]:
         """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""
@@ -354,11 +372,17 @@ class Trainer:
         return (
             f"gen {row['generation']:>4}/{total} | fitness best {row['best_fitness']:+.4f} "
             f"mean {row['mean_fitness']:+.4f} worst {row['worst_fitness']:+.4f} | "
-            f"champion {row['champion_score']:+.4f} (gen {row['champion_generation']}) | "
+            f"champion {row['champion_score']:+.4f} {self._champion_label(row)} | "
             f"buffer {format_count(row['buffer_size'])}/{format_count(self.buffer.capacity)} | "
             f"{format_count(row['env_steps_per_s'])} steps/s | {row['generation_s']:.1f} s | "
             f"rss {format_bytes(row['rss_bytes'])} | {row['live_tensors']} tensors"
         )
+
+    @staticmethod
+    def _champion_label(row: dict[str, Any]) -> str:
+        if not row["champion_generation"]:
+            return f"(equal weight; best edge {row['edge_best'] * 100:+.1f}%/y)"
+        return f"(gen {row['champion_generation']}, edge {row['champion_edge'] * 100:+.1f}%/y)"
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -373,6 +397,7 @@ class Trainer:
             "generation": self.generation,
             "champion_score": self.champion_score if math.isfinite(self.champion_score) else None,
             "champion_generation": self.champion_generation,
+            "champion_edge": self.champion_edge,
             "actor_optim_steps": self.population.actor_optim.steps,
             "critic_optim_steps": self.population.critic_optim.steps,
             "replay_pos": self.buffer.pos,
@@ -382,6 +407,7 @@ class Trainer:
             "splits": {  # first and last day of each range, as dates
                 name: [self.market.dates[days.start], self.market.dates[days.stop - 1]]
                 for name, days in vars(self.market.splits).items()
+                if len(days)
             },
             "config": self.config.to_dict(),
         }
@@ -429,6 +455,7 @@ class Trainer:
         score = state["champion_score"]
         self.champion_score = -math.inf if score is None else float(score)
         self.champion_generation = int(state["champion_generation"])
+        self.champion_edge = float(state.get("champion_edge") or 0.0)
         # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
         # the commit); the checkpoint's own history is the truth.
         history = checkpoint.read_document(generation_files, "history")

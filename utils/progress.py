@@ -13,8 +13,9 @@ class GenerationProgress:
     Disabled, it prints plain lines (for logs and CI).
     """
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, unit: str = "gen") -> None:
         self.enabled = enabled
+        self.unit = unit
         self._bar: tqdm | None = None
 
     def __enter__(self) -> GenerationProgress:
@@ -31,11 +32,16 @@ class GenerationProgress:
 
     def reset(self, *, total: int, initial: int) -> None:
         if self.enabled:
-            self._bar = tqdm(total=total, initial=initial, unit="gen", dynamic_ncols=True, file=sys.stderr)
+            self._bar = tqdm(total=total, initial=initial, unit=self.unit, dynamic_ncols=True, file=sys.stderr)
 
     def update(self) -> None:
         if self._bar is not None:
             self._bar.update(1)
+
+    def describe(self, text: str) -> None:
+        """Show ``text`` beside the bar (what the current step is doing)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=True)
 
     def write(self, line: str) -> None:
         if self._bar is not None:

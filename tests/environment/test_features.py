@@ -133,7 +133,9 @@ def test_constant_prices_give_finite_features() -> None:
     prices[:, 1] = 3.0
     market = build_market(replace_prices(table, prices), **SETTINGS)
     assert torch.isfinite(market.features).all()
-    assert (market.features[:, 1] == 0).all()
+    # A flat asset carries no information: the same features every day (pooled statistics make them
+    # the z-score of zero, not zero itself).
+    assert (market.features[:, 1] == market.features[:1, 1]).all()
 
 
 def test_raw_features_are_causal() -> None:
@@ -172,7 +174,7 @@ def test_normalisation_uses_training_rows_only() -> None:
     market = build_market(replace_prices(table, prices), **SETTINGS)
     assert market.splits.train.stop == train_stop
 
-    train = market.features[market.splits.train].double()  # (T_train, N, K)
+    train = market.features[market.splits.train].double().flatten(0, 1)  # (T_train * N, K), pooled
     torch.testing.assert_close(train.mean(dim=0), torch.zeros_like(train[0]), atol=2e-3, rtol=0)
     torch.testing.assert_close(train.std(dim=0, correction=0), torch.ones_like(train[0]), atol=5e-3, rtol=0)
     volatility = FEATURE_NAMES.index("volatility_21d")
@@ -182,14 +184,14 @@ def test_normalisation_uses_training_rows_only() -> None:
 def test_market_keeps_the_statistics_that_reproduce_its_features() -> None:
     table = make_table(seed=4)
     prices = table.prices.copy()
-    prices[:, 2] = 7.0  # a constant asset: its std is stored as 1, not 0
+    prices[:, 2] = 7.0  # a constant asset: pooled statistics still give it a finite z-score
     market = build_market(replace_prices(table, prices), **SETTINGS)
     num_assets, num_features = market.num_assets, market.num_features
     for stat in (market.feature_mean, market.feature_std):
         assert stat is not None
         assert stat.shape == (num_assets, num_features)
         assert stat.dtype == torch.float32
-    assert (market.feature_std[2] == 1).all()
+    assert (market.feature_std == market.feature_std[:1]).all()  # one statistic per feature, pooled
 
     raw = torch.from_numpy(raw_features(prices)[WARMUP_DAYS:])  # (T, N, K) float64
     again = ((raw - market.feature_mean.double()) / market.feature_std.double()).clamp(-FEATURE_CLIP, FEATURE_CLIP)
@@ -229,3 +231,17 @@ def test_tensors_on_cuda() -> None:
     assert market.benchmark.is_cuda and market.device.type == "cuda"
     cpu = build_market(make_table(), **SETTINGS)
     assert torch.equal(market.features.cpu(), cpu.features)
+
+
+def test_pooled_normalisation_keeps_the_differences_between_assets() -> None:
+    # Asset 0 drifts up, asset 1 down, asset 2 is calm: a per-asset z-score would erase all of it.
+    days = np.arange(600, dtype=np.float64)[:, None]
+    noise = np.random.default_rng(5).normal(0, 0.01, size=(600, 3)).cumsum(axis=0)
+    prices = np.exp(np.hstack([0.002 * days, -0.002 * days, np.zeros_like(days)]) + noise * [1, 1, 0.1])
+    table = make_table(num_days=600, num_assets=3)
+    market = build_market(replace_prices(table, prices), **SETTINGS)
+    train = market.features[market.splits.train]
+    momentum = FEATURE_NAMES.index("log_return_21d")
+    volatility = FEATURE_NAMES.index("volatility_21d")
+    assert train[:, 0, momentum].mean() > 0.5 > -0.5 > train[:, 1, momentum].mean()
+    assert train[:, 2, volatility].mean() < train[:, 0, volatility].mean() - 0.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from environment.kernel import portfolio_step
 from models.ddpg import clip_grad_norm_per_agent_, ddpg_update
 from models.population import Population
 from models.replay import ReplayBatch
@@ -39,6 +40,7 @@ def _batch(seed: int = 0, **flags: float) -> ReplayBatch:
         rewards=torch.randn(P, B, generator=g) * 0.1,  # (P, B)
         next_windows=torch.randn(P, B, N, WINDOW, generator=g),
         next_weights=random_simplex(P, B, N + 1, generator=g),
+        next_relatives=torch.cat([torch.ones(P, B, 1), 1 + 0.02 * torch.randn(P, B, N, generator=g)], dim=-1),
         terminated=torch.full((P, B), flags.get("terminated", 0.0)),
         truncated=torch.full((P, B), flags.get("truncated", 0.0)),
     )
@@ -159,3 +161,30 @@ def test_max_norm_zero_disables_clipping():
     clip_grad_norm_per_agent_(params, 0.0)
     for p, old in zip(params, before):
         assert torch.equal(p.grad, old)
+
+
+def test_model_objective_climbs_the_exact_reward_at_gamma_zero():
+    """With gamma 0 the 'model' actor loss is minus the mean one-day reward of the actor's own action on the
+    recorded price relatives, costs included: its gradient is that reward's, not a critic's estimate."""
+    cost = 0.002
+    batch = _batch(seed=7)
+    population = _population(seed=8)
+    actor = population.actor
+    actions = actor(batch.windows, batch.weights)
+    reward = portfolio_step(batch.weights, actions, batch.next_relatives, cost_rate=cost).rewards
+    expected_loss = -reward.mean(dim=1)
+    expected_grads = torch.autograd.grad(expected_loss.sum(), list(actor.parameters()))
+    losses = ddpg_update(population, batch, gamma=0.0, tau=TAU, max_grad_norm=0.0, objective="model", cost_rate=cost)
+    torch.testing.assert_close(losses.actor, expected_loss.detach(), rtol=1e-5, atol=1e-7)
+    for param, expected in zip(actor.parameters(), expected_grads):  # .grad is kept after the step
+        torch.testing.assert_close(param.grad, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_model_objective_prices_trading_costs():
+    """The same batch with costs: the actor's loss is higher by what the actor's own trades cost."""
+    batch = _batch(seed=9)
+    free = ddpg_update(_population(seed=10), batch, gamma=0.0, tau=TAU, max_grad_norm=1.0, objective="model")
+    costly = ddpg_update(
+        _population(seed=10), batch, gamma=0.0, tau=TAU, max_grad_norm=1.0, objective="model", cost_rate=0.01
+    )
+    assert (costly.actor > free.actor).all()

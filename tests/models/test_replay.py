@@ -15,7 +15,9 @@ LOOKBACK = 4
 
 def _buffer(market, capacity: int, *, lookback: int = LOOKBACK, sample_shape=(2, 3)) -> ReplayBuffer:
     gatherer = WindowGatherer(market.features, lookback)
-    return ReplayBuffer(capacity, market.num_assets, gatherer, sample_shape=sample_shape, device="cpu")
+    return ReplayBuffer(
+        capacity, market.num_assets, gatherer, market.relatives, sample_shape=sample_shape, device="cpu"
+    )
 
 
 def _transitions(count: int, num_assets: int, *, first: int = 0) -> dict[str, torch.Tensor]:
@@ -79,7 +81,12 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
     )
     per_step = agents * episodes
     buffer = ReplayBuffer(
-        per_step * days + 7, market.num_assets, env.gatherer, sample_shape=(agents, episodes), device="cpu"
+        per_step * days + 7,
+        market.num_assets,
+        env.gatherer,
+        market.relatives,
+        sample_shape=(agents, episodes),
+        device="cpu",
     )
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
@@ -122,6 +129,9 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
         assert torch.equal(batch.next_weights, step.next_weights)
         if t + 1 < days:
             assert torch.equal(batch.next_weights, seen[t + 1][1])
+        # The price relatives of the day each action earned: what the 'model' objective replays.
+        assert torch.equal(batch.next_relatives[..., 1:], market.relatives[step.days + 1].expand(agents, -1, -1))
+        assert (batch.next_relatives[..., 0] == 1).all()
         assert torch.equal(batch.truncated, torch.full((agents, episodes), float(t == days - 1)))
         assert not batch.terminated.any()
 

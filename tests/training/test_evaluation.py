@@ -1,4 +1,4 @@
-"""Walk-forward evaluation: the baselines and a known policy on a two-asset market with known prices."""
+"""Out-of-sample evaluation: the baselines and a known policy on a two-asset market with known prices."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from training.rollout import validate
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
 COST = 0.01
-LOOKBACK, EPISODE = 2, 3
+LOOKBACK = 2
 
 
 def two_asset_market() -> Market:
-    """30 days; asset A gains 10% a day, B loses 5%, the index gains 1%. Holdout: days 24..29 (two windows)."""
+    """30 days; asset A gains 10% a day, B loses 5%, the index gains 1%. Holdout: days 24..29 (one episode)."""
     days = 30
     relatives = torch.tensor([[A, B]] * days)
     relatives[0] = 1.0
@@ -54,14 +54,13 @@ def holdout():
         market.splits.holdout,
         name="holdout",
         lookback=LOOKBACK,
-        episode_days=EPISODE,
         cost_rate=COST,
     )
 
 
-def test_windows_and_dates(holdout):
-    # decisions 23..25 earn days 24..26, decisions 26..28 earn days 27..29
-    assert holdout.window_starts == ["2020-01-24", "2020-01-27"]
+def test_one_episode_and_its_dates(holdout):
+    # decisions on days 23..28 earn days 24..29: the range is one episode, started in cash on day 23
+    assert holdout.window_starts == ["2020-01-24"]
     assert holdout.dates == [f"2020-01-{d:02d}" for d in range(25, 31)]
     assert set(holdout.traces) == {"champion", "equal_weight", "buy_and_hold", "cash", "index"}
 
@@ -79,21 +78,20 @@ def test_equal_weight_rebalanced_daily(holdout):
     growth = 0.5 * A + 0.5 * B  # 1.025
     # From cash the first trade buys the whole portfolio; later ones undo one day's drift: |0.5 - 0.55/1.025| * 2.
     drift = 2 * abs(0.5 - 0.5 * A / growth)  # 0.0731707...
-    window = [math.log(growth) + math.log(1 - COST), *[math.log(growth) + math.log(1 - COST * drift)] * 2]
+    episode = [math.log(growth) + math.log(1 - COST), *[math.log(growth) + math.log(1 - COST * drift)] * 5]
     trace = holdout.traces["equal_weight"]
-    np.testing.assert_allclose(trace.log_returns, window * 2, rtol=1e-5)
-    np.testing.assert_allclose(trace.turnover, [1.0, drift, drift] * 2, rtol=1e-5)
+    np.testing.assert_allclose(trace.log_returns, episode, rtol=1e-5)
+    np.testing.assert_allclose(trace.turnover, [1.0, *[drift] * 5], rtol=1e-5)
     np.testing.assert_allclose(trace.weights[:, 1:], 0.5)
 
 
-def test_buy_and_hold_trades_once_per_window(holdout):
+def test_buy_and_hold_trades_once(holdout):
     trace = holdout.traces["buy_and_hold"]
-    np.testing.assert_allclose(trace.turnover, [1.0, 0, 0] * 2, atol=1e-6)
-    # A window grows like half in A and half in B bought at its start, less one cost.
-    per_window = math.log(0.5 * A**3 + 0.5 * B**3) + math.log(1 - COST)
-    sums = trace.log_returns.reshape(2, 3).sum(axis=1)
-    np.testing.assert_allclose(sums, [per_window] * 2, rtol=1e-5)
-    assert holdout.metrics["buy_and_hold"].costs == pytest.approx(COST + COST * math.exp(per_window), rel=1e-5)
+    np.testing.assert_allclose(trace.turnover, [1.0, 0, 0, 0, 0, 0], atol=1e-6)
+    # The episode grows like half in A and half in B bought on its first day, less one cost.
+    total = math.log(0.5 * A**6 + 0.5 * B**6) + math.log(1 - COST)
+    assert trace.log_returns.sum() == pytest.approx(total, rel=1e-5)
+    assert holdout.metrics["buy_and_hold"].costs == pytest.approx(COST, rel=1e-5)
 
 
 def test_a_known_policy_is_run_deterministically(holdout):
@@ -102,19 +100,20 @@ def test_a_known_policy_is_run_deterministically(holdout):
     r = np.array([1.0, A, B])
     g = float(w @ r)
     drift = float(np.abs(w[1:] - w[1:] * r[1:] / g).sum())
-    window = [math.log(g) + math.log(1 - COST * 2 / 3), *[math.log(g) + math.log(1 - COST * drift)] * 2]
+    episode = [math.log(g) + math.log(1 - COST * 2 / 3), *[math.log(g) + math.log(1 - COST * drift)] * 5]
     trace = holdout.traces["champion"]
-    np.testing.assert_allclose(trace.log_returns, window * 2, rtol=1e-5)
+    np.testing.assert_allclose(trace.log_returns, episode, rtol=1e-5)
     np.testing.assert_allclose(trace.weights, np.full((6, 3), 1 / 3), rtol=1e-6)
     metrics = holdout.metrics["champion"]
-    assert metrics.total_return == pytest.approx(math.exp(sum(window) * 2) - 1, rel=1e-5)
-    assert metrics.turnover == pytest.approx(np.mean([2 / 3, drift, drift]) * 252, rel=1e-5)
+    assert metrics.total_return == pytest.approx(math.exp(sum(episode)) - 1, rel=1e-5)
+    assert metrics.turnover == pytest.approx(np.mean([2 / 3, *[drift] * 5]) * 252, rel=1e-5)
 
 
 def test_too_short_a_range_is_refused():
     market = two_asset_market()
-    with pytest.raises(ValueError, match="shorter than one window"):
-        run_range(market, {}, range(24, 26), name="holdout", lookback=LOOKBACK, episode_days=EPISODE, cost_rate=COST)
+    for days in (range(24, 24), range(0, 6)):  # empty; a first decision without a full lookback window
+        with pytest.raises(ValueError, match="full lookback window"):
+            run_range(market, {}, days, name="holdout", lookback=LOOKBACK, cost_rate=COST)
 
 
 def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
@@ -126,12 +125,13 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     window = config.env.lookback * market.num_features
     population = untrained_actor(config, window, market.device)
     # Independently: the trainer's validation over the same windows, with the population as agents.
-    from environment.vector_env import VectorPortfolioEnv, walk_forward_starts
+    from environment.vector_env import VectorPortfolioEnv
     from models.population import Population
 
-    starts = walk_forward_starts(market.splits.validation, lookback=4, episode_days=10)
+    validation = market.splits.validation
+    starts = [validation.start - 1]  # one episode from cash over the whole range, as the trainer validates
     env = VectorPortfolioEnv(
-        market, num_agents=6, num_episodes=len(starts), episode_days=10, lookback=4, cost_rate=config.env.cost_rate
+        market, num_agents=7, num_episodes=1, episode_days=len(validation), lookback=4, cost_rate=config.env.cost_rate
     )
     holder = Population(
         5,
@@ -148,7 +148,7 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     with torch.no_grad():
         for mine, theirs in zip(holder.actor.parameters(), population.parameters()):
             mine.copy_(theirs)
-    scores = validate(holder, env, torch.tensor(starts))[:5]
+    scores = validate(holder, env, torch.tensor(starts))[:5].sum(dim=1)
     best = int(scores.argmax())
 
     results = evaluate(market, config, zero_actor_for(window, config))
@@ -158,7 +158,6 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
         market.splits.holdout,
         name="holdout",
         lookback=4,
-        episode_days=10,
         cost_rate=config.env.cost_rate,
     )
     np.testing.assert_allclose(

@@ -20,7 +20,6 @@ from environment.observation import WindowGatherer
 from models.networks import Actor
 from training import export, runs
 from utils import checkpoint
-from utils.errors import CheckpointError
 
 
 def export_cli(capsys, *args) -> tuple[int, str, str]:
@@ -189,13 +188,21 @@ def test_damaged_checkpoints_are_refused(capsys, smoke_run, tmp_path):
     assert json.loads((tmp_path / "out" / "actor.json").read_text())["generation"] == 2
 
 
-def test_a_checkpoint_without_a_champion(monkeypatch, smoke_run, tmp_path):
-    read_document = checkpoint.read_document
-
-    def no_champion(gen, name):
-        document = read_document(gen, name)
-        return {**document, "champion_generation": 0, "champion_score": None} if name == "state" else document
-
-    monkeypatch.setattr(checkpoint, "read_document", no_champion)
-    with pytest.raises(CheckpointError, match="no champion"):
-        export.export_champion(smoke_run, tmp_path / "out")
+def test_an_equal_weight_champion_exports_an_actor_that_holds_equal_weight(capsys, monkeypatch, tmp_path):
+    """A run whose agents never proved an edge keeps the equal-weight champion; that is what it exports."""
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    argv = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "ew", "--no-progress"]
+    assert main.main([*argv, "--generations", "1"]) == 0
+    status, out, _ = export_cli(capsys, tmp_path / "ew", tmp_path / "out")
+    assert status == 0 and "equal weight" in out
+    assert "equal weight: no agent's edge" in (tmp_path / "out" / "README.md").read_text()
+    namespace = readme_namespace(tmp_path / "out")
+    params = safetensors.torch.load_file(str(tmp_path / "out" / "actor.safetensors"))
+    spec = json.loads((tmp_path / "out" / "actor.json").read_text())
+    num_assets = len(spec["tickers"])
+    generator = torch.Generator().manual_seed(1)
+    windows = torch.randn(5, num_assets, spec["lookback"] * len(spec["feature_names"]), generator=generator)
+    weights = torch.softmax(torch.randn(5, num_assets + 1, generator=generator), dim=-1)
+    target = namespace["target_weights"](params, windows, weights)
+    torch.testing.assert_close(target[:, 1:], torch.full((5, num_assets), 1 / num_assets), atol=1e-6, rtol=0)
+    assert (target[:, 0] < 1e-6).all()

@@ -165,12 +165,30 @@ def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, mon
     assert [row["critic_loss"] for row in history] == [None, None]
 
 
-def test_retention_keeps_the_last_generations_and_the_champions(tmp_path):
+def test_retention_keeps_the_last_generations_and_the_champions(tmp_path, monkeypatch):
+    calls = []
+
+    def crown_in_generation_two(edges, champion_edge):
+        calls.append(1)
+        return 0 if len(calls) == 2 else None
+
+    monkeypatch.setattr("training.trainer.choose_champion", crown_in_generation_two)
     config = override(
         preset("smoke"),
         {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 5, "runtime.seed": 7},
     )
     trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=5)
-    assert trainer.champion_generation < 5  # seed 7: the champion was found early
-    assert checkpoint.complete_generations(trainer.run_dir) == [trainer.champion_generation, 5]
+    assert trainer.champion_generation == 2
+    assert checkpoint.complete_generations(trainer.run_dir) == [2, 5]
+
+
+def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, monkeypatch):
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    config = override(
+        preset("smoke"), {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 3}
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    trainer.run(until=3)
+    assert trainer.champion_generation == 0
+    assert checkpoint.complete_generations(trainer.run_dir) == [3]
