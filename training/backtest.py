@@ -24,6 +24,7 @@ import json
 import math
 import shutil
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from utils.errors import ConfigError, InputError
 
 STRATEGIES = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
 """What each fold scores on its test year, in table order."""
-METRICS = ("total_return", "sharpe", "max_drawdown", "annual_turnover", "costs")
+METRICS = ("total_return", "sharpe", "max_drawdown", "turnover", "costs")
 
 
 def train_to_end(
@@ -124,7 +125,7 @@ def _plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:
 
 def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> None:
     """Create ``folder`` with its plan, or check that an existing one was asked the same."""
-    plan = _plan_document(config, folds)
+    plan = json.loads(json.dumps(_plan_document(config, folds)))  # as it reads back: tuples become lists
     plan_path = folder / "plan.json"
     if plan_path.is_file():
         try:
@@ -206,7 +207,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "crowned": r["champion_generation"],
                 "sharpe": {s: m[s]["sharpe"] for s in m},
                 "total_return": {s: m[s]["total_return"] for s in m},
-                "turnover": {s: m[s]["annual_turnover"] for s in m},
+                "turnover": {s: m[s]["turnover"] for s in m},
                 "sharpe_difference": None if sharpe is None or base is None else sharpe - base,
             }
         )
@@ -369,7 +370,9 @@ def main(argv: Sequence[str]) -> int:
 
     results = []
     with StopRequest() as stop, GenerationProgress(enabled=not args.no_progress, unit="fold") as progress:
-        log = progress.write if args.verbose else (lambda line: None)
+        # With --json, stdout holds the summary alone: the per-fold lines go to stderr.
+        say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else progress.write
+        log = say if args.verbose else (lambda line: None)
         progress.reset(total=len(folds), initial=0)
         for fold in folds:
             progress.describe(f"{fold.name}")
@@ -381,7 +384,7 @@ def main(argv: Sequence[str]) -> int:
                 result = run_fold(folder, fold, log=log, should_stop=stop, on_generation=on_generation)
             except RunStopped:
                 progress.close()
-                progress.write(
+                say(
                     f"stopped by {stop.name} in {fold.name}; finished folds and the last checkpoint are kept. "
                     f"Run the same command to continue."
                 )
@@ -390,7 +393,7 @@ def main(argv: Sequence[str]) -> int:
             m = result["metrics"]
             gen = result["champion_generation"]
             crowned = f"crowned in generation {gen}" if gen else "equal weight (no agent proved an edge)"
-            progress.write(
+            say(
                 f"{fold.name}: champion Sharpe {_fmt(m['champion']['sharpe'], '+.2f')} "
                 f"(equal weight {_fmt(m['equal_weight']['sharpe'], '+.2f')}), "
                 f"{crowned}"

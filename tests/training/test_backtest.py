@@ -1,0 +1,139 @@
+"""``python main.py backtest``: folds that never see their test year, and a killed backtest that resumes to the
+same table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import main
+from config import override, preset
+from environment.features import WARMUP_DAYS
+from environment.synthetic import make_market
+from training.backtest import plan_folds
+from training.runs import load_market
+from utils.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def prices(tmp_path_factory) -> Path:
+    """About six years of a 5-asset random walk from 2000-01-03."""
+    path = tmp_path_factory.mktemp("backtest-data") / "prices.csv"
+    make_market("random_walk", num_days=1560, num_assets=5, seed=3).prices.to_csv(path, index=False)
+    return path
+
+
+def small_config(prices: Path):
+    return override(
+        preset("smoke"),
+        {"data.path": str(prices), "data.tickers": (), "data.start": "", "data.validation_days": 126},
+    )
+
+
+def test_folds_never_let_a_training_or_validation_day_reach_the_test_year(prices):
+    config = small_config(prices)
+    folds = plan_folds(config, seeds=[0, 1], folds=3)
+    assert [(f.year, f.seed) for f in folds] == [(y, s) for y in (2003, 2004, 2005) for s in (0, 1)]
+    for fold in folds:
+        market = load_market(fold.config, torch.device("cpu"))
+        splits, dates = market.splits, market.dates
+        first_test_day = dt.date(fold.year, 1, 1).isoformat()
+        # Every day training or validation earns, and every day their observation windows show, is before it.
+        assert dates[splits.validation.stop - 1] < first_test_day
+        assert dates[splits.train.stop - 1] < dates[splits.validation.start]
+        # The test year is the holdout, all of it and nothing else.
+        test_dates = [dates[d] for d in splits.holdout]
+        assert all(d.startswith(str(fold.year)) for d in test_dates)
+        assert dates[splits.holdout.start - 1] < first_test_day <= test_dates[0]
+        assert splits.holdout.stop == market.num_days
+        # The gap: the first test decision's window (lookback days to the day before the test) holds no
+        # validation day, so no feature a test decision sees was earned by selection.
+        lookback = fold.config.env.lookback
+        assert len(splits.gap) == lookback
+        first_window = range(splits.holdout.start - lookback, splits.holdout.start)
+        assert set(first_window) == set(splits.gap)
+        assert splits.validation.stop <= first_window.start
+        # No row after the test year was even loaded.
+        assert dates[-1] <= dt.date(fold.year, 12, 31).isoformat()
+    assert WARMUP_DAYS > 0
+
+
+def test_plans_that_cannot_be_run_are_refused(prices):
+    config = small_config(prices)
+    with pytest.raises(ConfigError, match="not in the data"):
+        plan_folds(config, seeds=[0], years=[1999])
+    with pytest.raises(ConfigError, match="--folds"):
+        plan_folds(config, seeds=[0], folds=7)
+
+
+def backtest_command(prices: Path, root: Path) -> list[str]:
+    return [
+        "backtest",
+        "--preset",
+        "smoke",
+        "--data",
+        str(prices),
+        "--set",
+        "data.tickers=",
+        "--set",
+        "data.start=",
+        "--set",
+        "data.validation_days=126",
+        "--folds",
+        "2",
+        "--seeds",
+        "0",
+        "--generations",
+        "3",
+        "--checkpoint-uri",
+        str(root),
+        "--no-progress",
+        "--json",
+    ]
+
+
+def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
+    assert main.main(backtest_command(prices, tmp_path / "whole")) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert [(row["year"], row["seed"]) for row in whole["folds"]] == [(2004, 0), (2005, 0)]
+    folder = tmp_path / "whole" / "backtest"
+    assert {p.name for p in folder.iterdir()} >= {"plan.json", "summary.json", "summary.csv", "backtest.png"}
+
+    # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint.
+    killed_root = tmp_path / "killed"
+    second = killed_root / "backtest" / "fold-2005-seed-0"
+    command = [sys.executable, "main.py", *backtest_command(prices, killed_root)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not (second / "gen-000001").is_dir() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert (killed_root / "backtest" / "folds" / "fold-2004-seed-0.json").is_file()
+    assert not (killed_root / "backtest" / "folds" / "fold-2005-seed-0.json").exists()
+
+    assert main.main(backtest_command(prices, killed_root)) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed == whole
+
+
+def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
+    assert main.main([*backtest_command(prices, tmp_path), "--generations", "1"]) == 0
+    capsys.readouterr()
+    status = main.main([*backtest_command(prices, tmp_path), "--generations", "2"])
+    err = capsys.readouterr().err
+    assert status == 2 and "started with other settings" in err and len(err.strip().splitlines()) == 1
