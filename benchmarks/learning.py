@@ -22,6 +22,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -49,8 +50,9 @@ def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: f
     return np.asarray(out)
 
 
-def run_one(kind: str, seed: int, base, out: Path, log) -> dict:
-    synthetic = make_market(kind, seed=seed)
+def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
+    """Train on a ``kind`` market (``market`` overrides ``make_market``'s sizes and strengths) and score it."""
+    synthetic = make_market(kind, seed=seed, **market)
     folder = out / f"{kind}-seed-{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     prices = folder / "prices.csv"
@@ -82,7 +84,7 @@ def run_one(kind: str, seed: int, base, out: Path, log) -> dict:
         "untrained": log_return["untrained"],
         "rule": float(rule.sum()),
         "of_rule": log_return["champion"] / float(rule.sum()) if kind != "random_walk" else None,
-        "turnover_ratio": champion.annual_turnover / equal.annual_turnover,
+        "turnover_ratio": champion.turnover / equal.turnover,
         "return_gap": 100 * (champion.total_return - equal.total_return),
         "sharpe": champion.sharpe,
         "sharpe_equal_weight": equal.sharpe,
