@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import torch
 
-from config import override, parse_assignments, preset
+from config import Config, override, parse_assignments, preset
 from environment.features import WARMUP_DAYS
 from environment.kernel import cash_weights, portfolio_step
 from environment.synthetic import KINDS, make_market
@@ -48,6 +48,31 @@ def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: f
         out.append(float(step.rewards))
         weights = step.next_weights
     return np.asarray(out)
+
+
+SMALL = {
+    "data.validation_days": 252,
+    "data.holdout_days": 252,
+    "env.lookback": 8,
+    "env.episode_days": 21,
+    "model.encoder_hidden": 16,
+    "model.embedding": 8,
+    "model.head_hidden": 16,
+    "evolution.popsize": 8,
+    "evaluation.episodes": 8,
+    "evaluation.exploring_episodes": 4,
+    "ddpg.batch_size": 64,
+    "ddpg.updates_per_generation": 16,
+    "ddpg.buffer_size": 20_000,
+    "ddpg.learning_starts": 500,
+}
+"""A small version of the default preset (8 agents, small networks) for 5-asset markets of 1500 days: a run takes
+about a minute on one CPU core. The tests and ``benchmarks/ablation.py`` use it."""
+SMALL_MARKET = {"num_days": 1500, "num_assets": 5}
+
+
+def small_config(generations: int, **settings: Any) -> Config:
+    return override(preset("default"), {**SMALL, "runtime.generations": generations, **settings})
 
 
 def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:

@@ -8,41 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning import run_one
-from config import override, preset
-
-SMALL = {
-    "data.validation_days": 252,
-    "data.holdout_days": 252,
-    "env.lookback": 8,
-    "env.episode_days": 21,
-    "model.encoder_hidden": 16,
-    "model.embedding": 8,
-    "model.head_hidden": 16,
-    "evolution.popsize": 8,
-    "evaluation.episodes": 8,
-    "evaluation.exploring_episodes": 4,
-    "ddpg.batch_size": 64,
-    "ddpg.updates_per_generation": 16,
-    "ddpg.buffer_size": 20_000,
-    "ddpg.learning_starts": 500,
-}
-
-
-def small(generations: int):
-    return override(preset("default"), {**SMALL, "runtime.generations": generations})
+from benchmarks.learning import SMALL_MARKET, run_one, small_config
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_market_without_signal_leaves_the_champion_at_equal_weight(tmp_path, seed):
-    row = run_one("random_walk", seed, small(10), tmp_path, lambda line: None, num_days=1500, num_assets=5)
+    row = run_one("random_walk", seed, small_config(10), tmp_path, lambda line: None, **SMALL_MARKET)
     assert row["crowned"] == 0, row  # no agent's luck passed the selection test
     assert row["turnover_ratio"] <= 2.0, row
     assert abs(row["return_gap"]) <= 2.0, row
 
 
 def test_a_planted_one_day_reversal_is_learned(tmp_path):
-    row = run_one("reversal", 0, small(25), tmp_path, lambda line: None, num_days=1500, num_assets=5, strength=0.02)
+    row = run_one("reversal", 0, small_config(25), tmp_path, lambda line: None, **SMALL_MARKET, strength=0.02)
     assert row["crowned"] > 0, row
     # A quarter of what the rule that knows the signal earns over equal weight, on the holdout year.
     assert row["champion"] >= row["equal_weight"] + 0.25 * (row["rule"] - row["equal_weight"]), row
