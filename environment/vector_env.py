@@ -59,12 +59,6 @@ def episode_starts(split: range, *, lookback: int, episode_days: int) -> range:
     return range(first, max(first, last + 1))
 
 
-def walk_forward_starts(split: range, *, lookback: int, episode_days: int) -> list[int]:
-    """Consecutive, non-overlapping windows covering ``split`` from its start (validation, holdout)."""
-    starts = episode_starts(split, lookback=lookback, episode_days=episode_days)
-    return list(range(starts.start, starts.stop, episode_days))
-
-
 class VectorPortfolioEnv:
     """P agents x E episodes of ``episode_days`` steps each, in lockstep, on ``market``'s device."""
 

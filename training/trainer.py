@@ -5,9 +5,10 @@ One generation, as the loop below reads:
 1. Evaluate: every agent runs the same E training windows in lockstep. The first
    ``exploring_episodes`` add each agent's exploration noise; every transition goes to the replay
    ring; the fitness comes from the noise-free episodes.
-2. Validate: deterministic policies of the agents and the champion on the fixed walk-forward
-   validation windows; the best agent replaces the champion if it beats the champion's score on the
-   same windows.
+2. Validate: deterministic policies of the agents, the champion and equal weight run the whole
+   validation range as one episode from cash; the best agent is crowned only if its edge over equal
+   weight passes the selection test (``training.selection``) and beats the champion's on the same days.
+   Until then the champion is equal weight.
 3. Evolve: selection on the fitness measured in step 1, on the very parameters being selected
    (nothing has trained them since), applied in place.
 4. DDPG updates: every agent, offspring included, trains on batches from the shared ring.

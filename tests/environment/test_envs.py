@@ -1,4 +1,3 @@
-import itertools
 import math
 
 import numpy as np
@@ -9,7 +8,7 @@ from gymnasium.utils.env_checker import check_env
 from environment.gym_env import PortfolioEnv
 from environment.kernel import cash_weights, portfolio_step, scores_to_weights, with_cash
 from environment.observation import WindowGatherer
-from environment.vector_env import VectorPortfolioEnv, episode_starts, walk_forward_starts
+from environment.vector_env import VectorPortfolioEnv, episode_starts
 from tests.synthetic import make_market, random_simplex
 
 LOOKBACK, EPISODE_DAYS, COST = 8, 12, 0.0025
@@ -52,10 +51,6 @@ def test_episode_windows_stay_inside_their_split(market):
     assert starts.start == LOOKBACK - 1  # first complete lookback window
     # The last window earns returns up to the train split's last day, not one day more.
     assert starts[-1] + EPISODE_DAYS == market.splits.train.stop - 1
-    walk = walk_forward_starts(market.splits.validation, lookback=LOOKBACK, episode_days=EPISODE_DAYS)
-    assert walk[0] + 1 == market.splits.validation.start  # its first return is the split's first day
-    assert all(b - a == EPISODE_DAYS for a, b in itertools.pairwise(walk))
-    assert walk[-1] + EPISODE_DAYS <= market.splits.validation.stop - 1
 
 
 def test_gymnasium_env_checker_passes(market):
