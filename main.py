@@ -2,6 +2,7 @@
 
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
+    python main.py --resume-or-start --run-name NAME [flags]                      a pod's start command
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
@@ -55,6 +56,12 @@ def _train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-dir", help="local write-ahead copy of gs:// runs (default: runs)")
     parser.add_argument("--resume", action="store_true", help="continue the most recent run (or --run-name)")
     parser.add_argument(
+        "--resume-or-start",
+        action="store_true",
+        help="with --run-name: resume the run if it has a complete generation (locally or in the bucket), else start "
+        "it; safe to run on every pod start",
+    )
+    parser.add_argument(
         "--resume-from", type=int, metavar="GEN", help="with --resume: continue from this complete generation"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -88,11 +95,13 @@ def train(argv: list[str]) -> int:
     settings = _explicit_settings(args)
     if args.resume_from is not None and not args.resume:
         raise InputError("--resume-from needs --resume")
+    if args.resume_or_start and (args.resume or not args.run_name):
+        raise InputError("--resume-or-start needs --run-name and no --resume (it resumes by itself when it can)")
     config = config_module.override(base, settings)
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
-    from training.runs import resume_run, start_run  # heavy imports after the flags are known good
+    from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
     from training.trainer import RunStopped
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
@@ -103,7 +112,9 @@ def train(argv: list[str]) -> int:
     with contextlib.ExitStack() as stack:
         stop = stack.enter_context(StopRequest())
         progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress))
-        if args.resume:
+        if args.resume_or_start:
+            run = resume_or_start(config, explicit, log=progress.write, should_stop=stop)
+        elif args.resume:
             run = resume_run(config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from)
         else:
             run = start_run(config, log=progress.write, should_stop=stop)
