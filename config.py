@@ -28,6 +28,8 @@ class DataConfig:
     """Price file (CSV or Parquet, wide or long); empty means the bundled 20-stock data set."""
     tickers: tuple[str, ...] = ()
     """Tickers to keep, in this order; empty keeps every ticker in the file."""
+    max_assets: int = 0
+    """With no data.tickers: keep only the file's first this many tickers (a preset's size); 0 keeps all."""
     start: str = ""
     """First date to use (YYYY-MM-DD); empty means the file's first date."""
     end: str = ""
@@ -41,6 +43,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_fill_days >= 0, "data.max_fill_days", "must be >= 0")
+        _require(self.max_assets >= 0, "data.max_assets", "must be >= 0")
         _require(self.validation_days >= 1, "data.validation_days", "must be >= 1")
         _require(self.holdout_days >= 1, "data.holdout_days", "must be >= 1")
         for key in ("start", "end"):
@@ -262,8 +265,7 @@ def _smoke() -> Config:
     return override(
         Config(),
         {
-            "data.tickers": ("AAPL", "JNJ", "KO", "MSFT", "XOM", "WMT"),
-            "data.start": "2012-01-01",
+            "data.max_assets": 6,  # a size, not a choice of tickers: the preset works with any data file
             "data.validation_days": 126,
             "data.holdout_days": 126,
             "env.lookback": 16,

@@ -42,7 +42,12 @@ def resolve_device(name: str) -> torch.device:
 def load_market(config: Config, device: torch.device) -> Market:
     data = config.data
     table = load_prices(
-        data.path or None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days
+        data.path or None,
+        tickers=data.tickers,
+        start=data.start,
+        end=data.end,
+        max_fill_days=data.max_fill_days,
+        max_assets=data.max_assets,
     )
     return build_market(
         table,
