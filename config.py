@@ -12,6 +12,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -187,6 +188,12 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         _require(self.keep_last >= 1, "checkpoint.keep_last", "must be >= 1")
+        # A run is written only inside its location: no separators, drive letters, "." or "..".
+        _require(
+            not self.run_name or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.run_name) is not None,
+            "checkpoint.run_name",
+            f"must be a plain folder name (letters, digits, _ - .; not starting with .), got {self.run_name!r}",
+        )
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,7 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")
+        _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
 
 
 @dataclass(frozen=True)
@@ -354,6 +362,16 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
             raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
         parsed[key.strip()] = value.strip()
     return parsed
+
+
+def coerce_setting(key: str, value: Any) -> Any:
+    """A dotted key's value as the config holds it (``"8"`` -> 8), or a ConfigError."""
+    section_name, _, name = key.partition(".")
+    section_cls = _section_types().get(section_name)
+    types_ = _field_types(section_cls) if section_cls is not None else {}
+    if name not in types_:
+        raise ConfigError(f"unknown config key {key!r}")
+    return _coerce(key, types_[name], value)
 
 
 def field_docs() -> dict[str, str]:

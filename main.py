@@ -75,18 +75,31 @@ def _explicit_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config settings the user named, flags and --set alike."""
     settings: dict[str, Any] = dict(config_module.parse_assignments(args.set))
     flags = {
-        "data.path": args.data,
-        "runtime.seed": args.seed,
-        "runtime.device": args.device,
-        "runtime.generations": args.generations,
-        "evolution.popsize": args.population,
-        "checkpoint.uri": args.checkpoint_uri or os.environ.get("ERL_CHECKPOINT_URI") or None,
-        "checkpoint.run_name": args.run_name,
-        "checkpoint.local_dir": args.local_dir,
-        "runtime.progress": False if args.no_progress else None,
+        "data.path": ("--data", args.data),
+        "runtime.seed": ("--seed", args.seed),
+        "runtime.device": ("--device", args.device),
+        "runtime.generations": ("--generations", args.generations),
+        "evolution.popsize": ("--population", args.population),
+        "checkpoint.uri": ("--checkpoint-uri", args.checkpoint_uri),
+        "checkpoint.run_name": ("--run-name", args.run_name),
+        "checkpoint.local_dir": ("--local-dir", args.local_dir),
+        "runtime.progress": ("--no-progress", False if args.no_progress else None),
     }
-    settings.update({key: value for key, value in flags.items() if value is not None})
+    for key, (flag, value) in flags.items():
+        if value is None:
+            continue
+        if key in settings and _typed(key, settings[key]) != _typed(key, value):
+            given = flag if isinstance(value, bool) else f"{flag} {value}"
+            raise InputError(f"{given} and --set {key}={settings[key]} disagree; give one of them")
+        settings[key] = value
+    if "checkpoint.uri" not in settings and os.environ.get("ERL_CHECKPOINT_URI"):  # the command line wins
+        settings["checkpoint.uri"] = os.environ["ERL_CHECKPOINT_URI"]
     return settings
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A setting's value as the config holds it ("8" and 8 are the same popsize)."""
+    return config_module.coerce_setting(key, value)
 
 
 def train(argv: list[str]) -> int:

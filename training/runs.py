@@ -83,10 +83,21 @@ def open_location(config: Config) -> tuple[Path, Storage | None]:
     """
     scheme, _, path = parse_uri(config.checkpoint.uri)
     if scheme != "gs":
-        return Path(path), None
+        return _local_folder(Path(path), "--checkpoint-uri"), None
+    root = _local_folder(Path(config.checkpoint.local_dir), "--local-dir")
     storage = open_storage(config.checkpoint.uri)
     storage.check_access()
-    return Path(config.checkpoint.local_dir), storage
+    return root, storage
+
+
+def _local_folder(path: Path, flag: str) -> Path:
+    """``path`` when it is, or can become, a folder: it and every existing parent are folders."""
+    for place in (path, *path.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise ConfigError(f"{flag} {path}: {place} is a file, not a folder; choose a folder for the runs")
+            break
+    return path
 
 
 def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], None]) -> Run:

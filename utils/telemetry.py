@@ -179,11 +179,11 @@ def format_count(count: float) -> str:
 
 
 def format_bytes(count: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(count) < 1000 or unit == "GB":
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1000
-    return f"{count:.1f} GB"
+    return f"{count:.1f} TB"
 
 
 class PhaseTimer:
