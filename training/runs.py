@@ -21,6 +21,7 @@ from environment.data import load_prices
 from environment.features import build_market
 from environment.market import Market
 from training.sizing import check_memory
+from training.state_document import read_state
 from training.trainer import Trainer
 from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError
@@ -286,7 +287,7 @@ def resume_run(
         if problems:
             raise CheckpointError(problems[0])
         files = checkpoint.open_generation(run_dir, generation)
-        state = checkpoint.read_document(files, "state")
+        state = read_state(files)
         try:  # the config the run had at this generation (an earlier resume may have extended it)
             saved = Config.from_dict(state["config"])
         except (KeyError, TypeError, ConfigError) as error:
