@@ -12,6 +12,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +30,8 @@ class DataConfig:
     """Price file (CSV or Parquet, wide or long); empty means the bundled 20-stock data set."""
     tickers: tuple[str, ...] = ()
     """Tickers to keep, in this order; empty keeps every ticker in the file."""
+    max_assets: int = 0
+    """With no data.tickers: keep only the file's first this many tickers (a preset's size); 0 keeps all."""
     start: str = ""
     """First date to use (YYYY-MM-DD); empty means the file's first date."""
     end: str = ""
@@ -44,6 +47,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_fill_days >= 0, "data.max_fill_days", "must be >= 0")
+        _require(self.max_assets >= 0, "data.max_assets", "must be >= 0")
         _require(self.validation_days >= 1, "data.validation_days", "must be >= 1")
         _require(self.holdout_days >= 1, "data.holdout_days", "must be >= 1")
         _require(self.gap_days >= 0, "data.gap_days", "must be >= 0")
@@ -199,6 +203,12 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         _require(self.keep_last >= 1, "checkpoint.keep_last", "must be >= 1")
+        # A run is written only inside its location: no separators, drive letters, "." or "..".
+        _require(
+            not self.run_name or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.run_name) is not None,
+            "checkpoint.run_name",
+            f"must be a plain folder name (letters, digits, _ - .; not starting with .), got {self.run_name!r}",
+        )
 
 
 @dataclass(frozen=True)
@@ -214,6 +224,7 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")
+        _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
 
 
 @dataclass(frozen=True)
@@ -278,8 +289,7 @@ def _smoke() -> Config:
     return override(
         Config(),
         {
-            "data.tickers": ("AAPL", "JNJ", "KO", "MSFT", "XOM", "WMT"),
-            "data.start": "2012-01-01",
+            "data.max_assets": 6,  # a size, not a choice of tickers: the preset works with any data file
             "data.validation_days": 126,
             "data.holdout_days": 126,
             "env.lookback": 16,
@@ -368,6 +378,16 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
             raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
         parsed[key.strip()] = value.strip()
     return parsed
+
+
+def coerce_setting(key: str, value: Any) -> Any:
+    """A dotted key's value as the config holds it (``"8"`` -> 8), or a ConfigError."""
+    section_name, _, name = key.partition(".")
+    section_cls = _section_types().get(section_name)
+    types_ = _field_types(section_cls) if section_cls is not None else {}
+    if name not in types_:
+        raise ConfigError(f"unknown config key {key!r}")
+    return _coerce(key, types_[name], value)
 
 
 def field_docs() -> dict[str, str]:

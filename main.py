@@ -2,6 +2,7 @@
 
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
+    python main.py --resume-or-start --run-name NAME [flags]                      a pod's start command
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
@@ -56,6 +57,12 @@ def _train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-dir", help="local write-ahead copy of gs:// runs (default: runs)")
     parser.add_argument("--resume", action="store_true", help="continue the most recent run (or --run-name)")
     parser.add_argument(
+        "--resume-or-start",
+        action="store_true",
+        help="with --run-name: resume the run if it has a complete generation (locally or in the bucket), else start "
+        "it; safe to run on every pod start",
+    )
+    parser.add_argument(
         "--resume-from", type=int, metavar="GEN", help="with --resume: continue from this complete generation"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -69,18 +76,31 @@ def _explicit_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config settings the user named, flags and --set alike."""
     settings: dict[str, Any] = dict(config_module.parse_assignments(args.set))
     flags = {
-        "data.path": args.data,
-        "runtime.seed": args.seed,
-        "runtime.device": args.device,
-        "runtime.generations": args.generations,
-        "evolution.popsize": args.population,
-        "checkpoint.uri": args.checkpoint_uri or os.environ.get("ERL_CHECKPOINT_URI") or None,
-        "checkpoint.run_name": args.run_name,
-        "checkpoint.local_dir": args.local_dir,
-        "runtime.progress": False if args.no_progress else None,
+        "data.path": ("--data", args.data),
+        "runtime.seed": ("--seed", args.seed),
+        "runtime.device": ("--device", args.device),
+        "runtime.generations": ("--generations", args.generations),
+        "evolution.popsize": ("--population", args.population),
+        "checkpoint.uri": ("--checkpoint-uri", args.checkpoint_uri),
+        "checkpoint.run_name": ("--run-name", args.run_name),
+        "checkpoint.local_dir": ("--local-dir", args.local_dir),
+        "runtime.progress": ("--no-progress", False if args.no_progress else None),
     }
-    settings.update({key: value for key, value in flags.items() if value is not None})
+    for key, (flag, value) in flags.items():
+        if value is None:
+            continue
+        if key in settings and _typed(key, settings[key]) != _typed(key, value):
+            given = flag if isinstance(value, bool) else f"{flag} {value}"
+            raise InputError(f"{given} and --set {key}={settings[key]} disagree; give one of them")
+        settings[key] = value
+    if "checkpoint.uri" not in settings and os.environ.get("ERL_CHECKPOINT_URI"):  # the command line wins
+        settings["checkpoint.uri"] = os.environ["ERL_CHECKPOINT_URI"]
     return settings
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A setting's value as the config holds it ("8" and 8 are the same popsize)."""
+    return config_module.coerce_setting(key, value)
 
 
 def train(argv: list[str]) -> int:
@@ -89,11 +109,13 @@ def train(argv: list[str]) -> int:
     settings = _explicit_settings(args)
     if args.resume_from is not None and not args.resume:
         raise InputError("--resume-from needs --resume")
+    if args.resume_or_start and (args.resume or not args.run_name):
+        raise InputError("--resume-or-start needs --run-name and no --resume (it resumes by itself when it can)")
     config = config_module.override(base, settings)
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
-    from training.runs import resume_run, start_run  # heavy imports after the flags are known good
+    from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
     from training.trainer import RunStopped
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
@@ -104,7 +126,9 @@ def train(argv: list[str]) -> int:
     with contextlib.ExitStack() as stack:
         stop = stack.enter_context(StopRequest())
         progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress))
-        if args.resume:
+        if args.resume_or_start:
+            run = resume_or_start(config, explicit, log=progress.write, should_stop=stop)
+        elif args.resume:
             run = resume_run(config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from)
         else:
             run = start_run(config, log=progress.write, should_stop=stop)

@@ -104,6 +104,7 @@ def load_prices(
     start: str = "",
     end: str = "",
     max_fill_days: int = 5,
+    max_assets: int = 0,
 ) -> PriceTable:
     """Reads, validates and aligns a price file (see the module docstring for formats and gap policy).
 
@@ -114,6 +115,7 @@ def load_prices(
         start: first date to keep (YYYY-MM-DD, inclusive); empty keeps from the first date.
         end: last date to keep (YYYY-MM-DD, inclusive); empty keeps to the last date.
         max_fill_days: longest run of missing rows of one ticker that is forward-filled.
+        max_assets: with no ``tickers``, keep only the first this many tickers in file order; 0 keeps all.
 
     Raises:
         DataError: the file is missing, unreadable or fails validation; the one-line message says
@@ -123,7 +125,7 @@ def load_prices(
         raise DataError(f"max_fill_days must be >= 0, got {max_fill_days}")
     bundled = path is None or str(path) == ""
     file = BUNDLED_PRICES if bundled else Path(path).expanduser()
-    frame, notes = _load_wide(file, tickers=tickers, start=start, end=end)
+    frame, notes = _load_wide(file, tickers=tickers, start=start, end=end, max_assets=max_assets)
     frame = _close_gaps(frame, file, max_fill_days, notes)
 
     prices = frame.to_numpy(dtype=np.float64, copy=True)
@@ -138,7 +140,9 @@ def load_prices(
     )
 
 
-def _load_wide(file: Path, *, tickers: Sequence[str], start: str, end: str) -> tuple[pd.DataFrame, list[str]]:
+def _load_wide(
+    file: Path, *, tickers: Sequence[str], start: str, end: str, max_assets: int = 0
+) -> tuple[pd.DataFrame, list[str]]:
     """A float64 wide frame indexed by sorted dates, restricted to tickers and [start, end]; may hold NaN."""
     raw, where = _read_file(file)
     if raw.empty:
@@ -166,6 +170,8 @@ def _load_wide(file: Path, *, tickers: Sequence[str], start: str, end: str) -> t
         notes.append("dates were not in ascending order: sorted them")
 
     selected = _select_tickers(tickers, available, file)
+    if max_assets and not tickers:
+        selected = selected[:max_assets]
     frame = _filter_dates(frame, file, start, end)
     if ticker_col is None:
         checked = {t: _check_prices(frame[t], file, lambda _i, t=t: t) for t in selected}

@@ -32,6 +32,13 @@ def test_presets_have_the_promised_scale():
     assert paper.data.tickers == ()  # every asset of the data set
 
 
+@pytest.mark.parametrize("name", ["smoke", "default", "paper"])
+def test_presets_work_with_any_data_file(name):
+    # Which tickers and dates to trade is the user's choice; a preset only sets sizes.
+    data = preset(name).data
+    assert (data.tickers, data.start, data.end) == ((), "", "")
+
+
 def test_override_converts_strings_to_the_field_types():
     cfg = override(
         Config(),

@@ -98,6 +98,17 @@ def test_starting_over_an_existing_run_is_refused(tmp_path):
     assert_one_line_error(run_cli(*args, cwd=tmp_path), "already exists")
 
 
+def test_the_smoke_preset_trains_on_a_users_own_data(tmp_path, capsys):
+    import main
+    from tests.synthetic import momentum_prices
+
+    prices = momentum_prices(num_days=900, num_assets=3)  # other tickers and years than the bundled data
+    prices.rename(columns={"Date": "date"}).to_parquet(tmp_path / "my_prices.parquet", index=False)
+    args = ["--preset", "smoke", "--data", str(tmp_path / "my_prices.parquet"), "--generations", "1"]
+    assert main.main([*args, "--checkpoint-uri", str(tmp_path / "runs"), "--run-name", "r", "--no-progress"]) == 0
+    assert "3 assets" in capsys.readouterr().out
+
+
 def test_help_lists_every_config_key_with_its_meaning(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "main.py"), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from training.state_document import history_problem, state_problem
 from utils import checkpoint, remote
 from utils.cli import ArgumentParser
 from utils.errors import CheckpointError, InputError
@@ -72,7 +73,8 @@ class Located:
     Attributes:
         gen: The generation to report (its manifest is valid; its files may not be).
         run_dir: The run folder, or None for a generation folder outside one.
-        file_problems: ``checkpoint.file_problems(gen)``: every file → None if it verifies, else the problem.
+        file_problems: every file → None if it verifies, else the problem (``checkpoint.file_problems``, and for
+            the JSON documents, what is wrong with their contents).
         complete_generations: Generations found complete, ascending: for a run folder, the reported one if intact and
             the older complete ones (sizes checked, not hashed); for a generation folder, itself if intact.
         broken: Generation folders of the run that are incomplete or damaged: ``{generation, folder, problems}``.
@@ -151,7 +153,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
     path = resolve_target(target)
     if _is_generation_folder(path):
         gen = checkpoint.read_manifest(path)
-        problems = checkpoint.file_problems(gen)
+        problems = _problems(gen)
         intact = all(problem is None for problem in problems.values())
         return Located(gen, _run_of(path), problems, [gen.generation] if intact else [], [], is_run=False)
 
@@ -176,7 +178,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
         if chosen is not None:
             complete.append(generation)  # older than the reported one: not hashed
             continue
-        problems = checkpoint.file_problems(gen)
+        problems = _problems(gen)
         if any(problem is not None for problem in problems.values()):
             damaged.append((gen, problems))
             broken.append(
@@ -193,6 +195,24 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
         raise CheckpointError(f"no complete checkpoint generation in {path}{reason}")
     broken.sort(key=lambda b: b["generation"])
     return Located(chosen[0], path, chosen[1], sorted(complete), broken, is_run=True)
+
+
+def _problems(gen: checkpoint.GenerationFiles) -> dict[str, str | None]:
+    """``checkpoint.file_problems``, and for JSON documents that verify, what is wrong with their contents."""
+    problems = checkpoint.file_problems(gen)
+    checks = {"state": lambda document: state_problem(document, gen.generation), "history": history_problem}
+    for name, check in checks.items():
+        file_name = f"{name}.json"
+        if file_name not in problems or problems[file_name] is not None:
+            continue
+        try:
+            problem = check(checkpoint.read_document(gen, name))
+        except CheckpointError as error:
+            problems[file_name] = str(error)
+            continue
+        if problem is not None:
+            problems[file_name] = f"{gen.path / file_name} {problem}"
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------------------------

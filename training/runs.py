@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from config import Config, override
 from environment.data import load_prices
 from environment.features import build_market
 from environment.market import Market
+from training.sizing import check_memory
+from training.state_document import read_state
 from training.trainer import Trainer
 from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError
@@ -40,7 +43,12 @@ def resolve_device(name: str) -> torch.device:
 def load_market(config: Config, device: torch.device) -> Market:
     data = config.data
     table = load_prices(
-        data.path or None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days
+        data.path or None,
+        tickers=data.tickers,
+        start=data.start,
+        end=data.end,
+        max_fill_days=data.max_fill_days,
+        max_assets=data.max_assets,
     )
     return build_market(
         table,
@@ -77,10 +85,21 @@ def open_location(config: Config) -> tuple[Path, Storage | None]:
     """
     scheme, _, path = parse_uri(config.checkpoint.uri)
     if scheme != "gs":
-        return Path(path), None
+        return _local_folder(Path(path), "--checkpoint-uri"), None
+    root = _local_folder(Path(config.checkpoint.local_dir), "--local-dir")
     storage = open_storage(config.checkpoint.uri)
     storage.check_access()
-    return Path(config.checkpoint.local_dir), storage
+    return root, storage
+
+
+def _local_folder(path: Path, flag: str) -> Path:
+    """``path`` when it is, or can become, a folder: it and every existing parent are folders."""
+    for place in (path, *path.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise ConfigError(f"{flag} {path}: {place} is a file, not a folder; choose a folder for the runs")
+            break
+    return path
 
 
 def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], None]) -> Run:
@@ -99,27 +118,119 @@ def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], Non
 def start_run(
     config: Config, *, log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False
 ) -> Run:
-    """Check the location and the data, then create the run folder and write its config."""
+    """Check the location and the data, then create the run folder and write its config.
+
+    A folder of that name that holds no checkpoint (a run stopped before its first generation was written) is
+    reused when it was started with the same settings; anything else there is refused.
+    """
     root, storage = open_location(config)
     name = config.checkpoint.run_name or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
     run_dir = root / name
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
-    if storage is not None and storage.list(f"{name}/"):
+    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
+        raise ConfigError(f"{run_dir} is not a run folder (a file or a link); choose another --run-name")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        if _has_checkpoint(run_dir):
+            raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
+        _check_same_settings(_read_config_file(run_dir / "config.json", str(run_dir)), config, str(run_dir))
+    if storage is not None and remote.latest_in_bucket(storage, name) is not None:
         raise ConfigError(f"{storage.uri}/{name} already exists in the bucket; use --resume or another --run-name")
+    if storage is not None:
+        try:
+            stored = storage.read_bytes(f"{name}/config.json")
+        except FileNotFoundError:
+            stored = None
+        if stored is not None:
+            where = f"{storage.uri}/{name}"
+            _check_same_settings(_parse_config(stored, f"{where}/config.json"), config, where)
+    return _begin(config, run_dir, storage, log=log, should_stop=should_stop, verb="run")
+
+
+def resume_or_start(
+    config: Config,
+    explicit: dict[str, Any],
+    *,
+    log: Callable[[str], None] = print,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Run:
+    """Resume the named run if it has a checkpoint, locally or in the bucket; else start it (a pod's start command)."""
+    if not config.checkpoint.run_name:
+        raise ConfigError("--resume-or-start needs --run-name (the run every start of the pod continues)")
+    root, storage = open_location(config)
+    run_dir = root / config.checkpoint.run_name
+    in_bucket = storage is not None and remote.latest_in_bucket(storage, config.checkpoint.run_name) is not None
+    if in_bucket or (run_dir.is_dir() and _has_checkpoint(run_dir)):
+        return resume_run(config, explicit, log=log, should_stop=should_stop)
+    return start_run(config, log=log, should_stop=should_stop)
+
+
+def _begin(
+    config: Config,
+    run_dir: Path,
+    storage: Storage | None,
+    *,
+    log: Callable[[str], None],
+    should_stop: Callable[[], bool],
+    verb: str,
+) -> Run:
+    """Load the data, then write the run folder's config and build its trainer at generation 0."""
     device = resolve_device(config.runtime.device)
     market = load_market(config, device)
-    config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
+    check_memory(config, market)
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
     (run_dir / "config.json").write_text(config.to_json() + "\n")
     trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop)
+    name = config.checkpoint.run_name
     where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
-    log(f"run {where} | {market.num_assets} assets x {market.num_days} days | device {device}")
+    log(f"{verb} {where} | {market.num_assets} assets x {market.num_days} days | device {device}")
     return _attach_uploader(Run(trainer, config), storage, log)
 
 
+def _has_checkpoint(run_dir: Path) -> bool:
+    """A complete generation, or a generation folder with a manifest (a damaged one is reported by --resume)."""
+    if checkpoint.complete_generations(run_dir):
+        return True
+    return any((folder / checkpoint.MANIFEST_NAME).exists() for folder in run_dir.glob("gen-*"))
+
+
+def _read_config_file(path: Path, where: str) -> Config:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{where} exists but holds no run (no config.json); choose another --run-name") from None
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read config.json ({error.strerror})") from None
+    return _parse_config(data, str(path))
+
+
+def _parse_config(data: bytes, where: str) -> Config:
+    try:
+        return Config.from_dict(json.loads(data))
+    except (ValueError, ConfigError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CheckpointError(f"{where}: not a usable run config ({str(error)[:200]})") from None
+
+
+def _check_same_settings(stored: Config, wanted: Config, where: str) -> None:
+    """A run folder without a checkpoint is reused only by a start with the settings it was created with."""
+    before, after = _flat(stored), _flat(wanted)
+    for key in sorted(before):
+        if key.startswith("checkpoint.") or key in RESUMABLE_CHANGES:
+            continue
+        if before[key] != after[key]:
+            raise ConfigError(
+                f"{where} was started with other settings and has no checkpoint yet: {key} is {before[key]!r} there, "
+                f"not {after[key]!r}; start it with the same settings or choose another --run-name"
+            )
+
+
+def _flat(config: Config) -> dict[str, Any]:
+    return {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
+
+
 def find_run(root: Path, run_name: str = "") -> Path:
-    """The named run under ``root``, or the one whose latest complete generation was written last."""
+    """The named run under ``root``, or the one used last: by its newest complete generation, or by its config
+    for a run that never completed one."""
     if run_name:
         run_dir = root / run_name
         if not (run_dir / "config.json").is_file():
@@ -127,12 +238,16 @@ def find_run(root: Path, run_name: str = "") -> Path:
         return run_dir
     candidates = []
     for run_dir in root.iterdir() if root.is_dir() else []:
-        generation = checkpoint.latest_generation(run_dir) if (run_dir / "config.json").is_file() else None
+        if run_dir.is_symlink() or not (run_dir / "config.json").is_file():
+            continue
+        generation = checkpoint.latest_generation(run_dir)
         if generation is not None:
             manifest = run_dir / checkpoint.generation_dirname(generation) / "manifest.json"
             candidates.append((manifest.stat().st_mtime, run_dir))
+        else:
+            candidates.append(((run_dir / "config.json").stat().st_mtime, run_dir))
     if not candidates:
-        raise CheckpointError(f"nothing to resume: no run with a complete generation under {root}")
+        raise CheckpointError(f"nothing to resume: no run under {root}")
     return max(candidates)[1]
 
 
@@ -160,30 +275,26 @@ def resume_run(
         run_dir = find_run(root, name or "")
     else:
         run_dir = find_run(root, config.checkpoint.run_name)
+    if resume_from is None and not _has_checkpoint(run_dir):
+        # Stopped before its first checkpoint: nothing was lost, so start it again with its own settings.
+        saved = _read_config_file(run_dir / "config.json", str(run_dir))
+        _check_explicit(saved, explicit, run_dir)
+        restarted = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
+        log(f"{run_dir} has no complete generation yet: starting it from generation 0")
+        return _begin(restarted, run_dir, storage, log=log, should_stop=should_stop, verb="run")
     generation = _generation_to_resume(run_dir, resume_from)
     with _offering_earlier(run_dir, generation):
         problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
         if problems:
             raise CheckpointError(problems[0])
         files = checkpoint.open_generation(run_dir, generation)
-        state = checkpoint.read_document(files, "state")
+        state = read_state(files)
         try:  # the config the run had at this generation (an earlier resume may have extended it)
             saved = Config.from_dict(state["config"])
         except (KeyError, TypeError, ConfigError) as error:
             raise CheckpointError(f"{files.path / 'state.json'}: no usable config ({error})") from None
-    changes: dict[str, Any] = {}
-    for key, value in explicit.items():
-        section, _, name = key.partition(".")
-        if section == "checkpoint":
-            continue
-        before = getattr(getattr(saved, section), name)
-        if key in RESUMABLE_CHANGES:
-            changes[key] = value
-        elif before != value:
-            raise ConfigError(
-                f"--resume keeps the run's settings: {key} is {before!r} in {run_dir.name}, not {value!r}"
-            )
-    resumed = override(saved, changes)
+    _check_explicit(saved, explicit, run_dir)
+    resumed = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
     device = resolve_device(resumed.runtime.device)
     market = load_market(resumed, device)
     trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
@@ -191,6 +302,19 @@ def resume_run(
         trainer.restore(files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
     return _attach_uploader(Run(trainer, resumed), storage, log)
+
+
+def _check_explicit(saved: Config, explicit: dict[str, Any], run_dir: Path) -> None:
+    """Settings the user named must agree with the run's, except those a resumed run may change."""
+    for key, value in explicit.items():
+        section, _, name = key.partition(".")
+        if section == "checkpoint" or key in RESUMABLE_CHANGES:
+            continue
+        before = getattr(getattr(saved, section), name)
+        if before != value:
+            raise ConfigError(
+                f"--resume keeps the run's settings: {key} is {before!r} in {run_dir.name}, not {value!r}"
+            )
 
 
 def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:

@@ -72,6 +72,7 @@ MEASURED_KEYS = frozenset(
         "live_tensors",
         "python_objects",
         "python_blocks",
+        "python_references",
     }
 )
 """Metrics that measure the machine, not the run: they differ between identical runs."""
@@ -344,12 +345,13 @@ class Trainer:
 
     def _telemetry(self) -> dict[str, int]:
         """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""
-        python_objects, live_tensors = count_objects()
+        python_objects, live_tensors, python_references = count_objects()
         reading = {
             **memory_snapshot(self.device),
             "live_tensors": live_tensors,
             "python_objects": python_objects,
             "python_blocks": python_blocks(),
+            "python_references": python_references,
             "replay_bytes": self.buffer.nbytes,
             "replay_transitions": len(self.buffer),
         }

@@ -349,6 +349,8 @@ def _check_file_name(name: Any, manifest_path: Path) -> None:
 def _load_manifest(gen_dir: Path) -> dict:
     """Parse and validate ``gen_dir/manifest.json`` (no file checks); CheckpointError naming the manifest if bad."""
     path = gen_dir / MANIFEST_NAME
+    if gen_dir.is_symlink():  # retention and rewrites act on real folders; a link would reach outside the run
+        raise CheckpointError(f"{gen_dir} is a symbolic link, not a generation folder; replace it with a copy")
     try:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):

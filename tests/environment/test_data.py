@@ -195,6 +195,13 @@ def test_ticker_selection_and_order(tmp_path: Path) -> None:
     np.testing.assert_array_equal(table.prices, frame[["CCC", "AAA"]].to_numpy())
 
 
+def test_max_assets_keeps_the_first_tickers_unless_tickers_are_named(tmp_path: Path) -> None:
+    path = write_wide_csv(tmp_path / "prices.csv", make_prices())
+    assert load_prices(path, max_assets=2).tickers == ("AAA", "BBB")
+    assert load_prices(path, max_assets=9).tickers == TICKERS
+    assert load_prices(path, tickers=["CCC", "BBB", "AAA"], max_assets=2).tickers == ("CCC", "BBB", "AAA")
+
+
 def test_ticker_selection_in_a_long_file(tmp_path: Path) -> None:
     frame = make_prices()
     to_long(frame).to_csv(tmp_path / "long.csv", index=False)

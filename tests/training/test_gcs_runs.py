@@ -127,3 +127,13 @@ def test_the_pod_template_variable_names_the_bucket(gcs_bucket, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert main.main(["--preset", "smoke", "--generations", "1", "--run-name", "r", "--no-progress"]) == 0
     assert bucket_matches_local(gcs_bucket, tmp_path / "runs" / "r") == 1  # local copy under the default runs/
+
+
+def test_resume_or_start_starts_then_resumes_from_the_bucket_on_a_new_pod(gcs_bucket, tmp_path):
+    command = ["--checkpoint-uri", gcs_bucket, "--run-name", "r", "--resume-or-start"]
+    assert train(*command, "--local-dir", str(tmp_path / "pod-1"), "--generations", "1") == 0
+    assert train(*command, "--local-dir", str(tmp_path / "pod-2"), "--generations", "2") == 0  # its disk is empty
+    first, resumed = rows(tmp_path / "pod-1" / "r"), rows(tmp_path / "pod-2" / "r")
+    assert [row["generation"] for row in resumed] == [1, 2]
+    assert deterministic(resumed[0]) == deterministic(first[0])  # generation 1 came from the bucket
+    assert bucket_matches_local(gcs_bucket, tmp_path / "pod-2" / "r") == 2

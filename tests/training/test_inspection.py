@@ -346,3 +346,27 @@ def test_command_line_in_a_subprocess(smoke_run, tmp_path):
     report = json.loads(result.stdout)
     assert report["generation"] == 3 and report["complete"] is True
     assert list(tmp_path.iterdir()) == []  # read-only: nothing written
+
+
+def test_a_state_document_of_the_wrong_types_is_damage_not_a_traceback(smoke_run, tmp_path, capsys):
+    run = tmp_path / "r"
+    shutil.copytree(smoke_run, run)
+    gen3 = run / "gen-000003"
+    state = json.loads((gen3 / "state.json").read_text())
+    state.update(champion_score=[1.0], tickers=5, splits=3)
+    data = json.dumps(state).encode()
+    (gen3 / "state.json").write_bytes(data)
+    manifest = json.loads((gen3 / "manifest.json").read_text())
+    manifest["files"]["state.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (gen3 / "manifest.json").write_text(json.dumps(manifest))
+
+    code, report = inspect_json(capsys, str(gen3))
+    assert code == 2 and report["complete"] is False
+    assert any("state.json" in problem and "champion_score" in problem for problem in report["problems"])
+    code, report = inspect_json(capsys, str(run))  # the run: the newest intact generation, the damaged one listed
+    assert code == 0 and report["generation"] == 2
+    for command in (["export", gen3, tmp_path / "out"], ["evaluate", gen3, "--out", tmp_path / "ev"]):
+        assert main.main([str(word) for word in command]) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and "damaged" in error and "champion_score" in error, error
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ev").exists()

@@ -161,3 +161,64 @@ def test_a_missing_manifest_is_a_crash_leftover_and_is_ignored(run, capsys):
 def test_resume_from_a_generation_that_does_not_exist(run, capsys):
     code, err = resume(run, capsys, "--resume-from", "9")
     assert_refused(code, err, "no complete generation 9")
+
+
+def edit_document(gen_dir: Path, name: str, change) -> None:
+    """Change a JSON document and make the manifest vouch for it (a hand edit the hashes cannot catch)."""
+    path = gen_dir / f"{name}.json"
+    document = json.loads(path.read_text())
+    document = change(document) or document
+    path.write_text(json.dumps(document))
+    refresh_hash(gen_dir, f"{name}.json")
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "phrase"),
+    [
+        *[
+            ("state", lambda s, key=key, value=value: s.update({key: value}), key)
+            for key, value in [
+                ("generation", "3"),
+                ("champion_score", [1.0]),
+                ("champion_generation", None),
+                ("actor_optim_steps", 1.5),
+                ("critic_optim_steps", True),
+                ("replay_pos", -1),
+                ("replay_size", {"n": 1}),
+                ("market_fingerprint", 7),
+                ("tickers", "AAPL"),
+                ("splits", []),
+                ("config", "smoke"),
+            ]
+        ],
+        ("state", lambda s: s.__delitem__("actor_optim_steps"), "actor_optim_steps"),
+        ("state", lambda s: s.update(tickers=[1, 2]), "tickers"),
+        ("state", lambda s: [s], "not an object"),
+        ("history", lambda h: {"rows": h}, "not a list"),
+        ("history", lambda h: [*h[:-1], 3], "row 2"),
+        ("history", lambda h: [{**h[0], "generation": "1"}, *h[1:]], "row 0"),
+    ],
+)
+def test_documents_with_values_of_the_wrong_type_are_refused(run, capsys, name, change, phrase):
+    edit_document(run / "gen-000003", name, change)
+    before = snapshot(run)
+    code, err = resume(run, capsys)
+    assert_refused(code, err, f"{name}.json", phrase, "--resume-from 2")
+    assert snapshot(run) == before
+
+
+def test_a_state_that_names_another_generation_than_its_folder(run, capsys):
+    edit_document(run / "gen-000003", "state", lambda s: s.update(generation=2))
+    code, err = resume(run, capsys)
+    assert_refused(code, err, "state.json", "generation 2", "folder is generation 3", "--resume-from 2")
+
+
+def test_a_generation_folder_that_is_a_link_is_refused(run, capsys, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / "gen-000003", elsewhere)
+    (run / "gen-000003").symlink_to(elsewhere, target_is_directory=True)
+    before = snapshot(run)
+    code, err = resume(run, capsys, "--generations", "5")
+    assert_refused(code, err, "gen-000003", "symbolic link", "--resume-from 2")
+    assert snapshot(run) == before
+    assert elsewhere.is_dir() and (run / "gen-000003").is_symlink()

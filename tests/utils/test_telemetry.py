@@ -1,10 +1,10 @@
 import pytest
 
-from utils.telemetry import GrowthWatch, leak_findings, least_squares_slope
+from utils.telemetry import GrowthWatch, count_objects, leak_findings, least_squares_slope
 
 
 def reading(rss=100_000_000, objects=1000, tensors=50):
-    return {"rss_bytes": rss, "python_objects": objects, "live_tensors": tensors}
+    return {"rss_bytes": rss, "python_objects": objects, "python_references": 5 * objects, "live_tensors": tensors}
 
 
 def test_growth_watch_ignores_warm_up_and_settling_then_warns_once_per_streak():
@@ -47,3 +47,17 @@ def test_leak_findings_and_slope():
     assert any("live tensors" in f for f in leak_findings(leaking, **bounds))
     growing_rss = [{**row, "rss_bytes": 100_000_000 + 10_000 * i} for i, row in enumerate(flat)]
     assert any("RSS" in f for f in leak_findings(growing_rss, **bounds))
+    # A handful of untracked objects kept per generation: only the reference count sees them.
+    kept_floats = [{**row, "python_references": row["python_references"] + 20 * i} for i, row in enumerate(flat)]
+    assert leak_findings(kept_floats, **bounds) == []
+    assert any("references" in f for f in leak_findings(kept_floats, **bounds, references_slack=8))
+    assert leak_findings(flat, **bounds, references_slack=0) == []
+
+
+def test_count_objects_sees_untracked_objects_kept_in_a_list():
+    before = count_objects()
+    kept = [float(i) + 0.5 for i in range(100)]
+    after = count_objects()
+    assert after.references - before.references >= 100
+    assert after.objects - before.objects < 100  # floats are not tracked by the collector
+    assert len(kept) == 100

@@ -1,0 +1,260 @@
+"""The leak tests' training run, in a process of its own, with the leaks the tests inject into it.
+
+A leak test judges one process's memory, so the process must be its own: inside the test suite, memory that
+earlier tests freed is reused by a leak and RSS stays flat. ``run_in_own_process`` trains in a child forked
+from a fork server that has only imported the project (cheap to start, and the same state for every run),
+applies the named injection there, and returns the metrics rows.
+
+The run crowns a new champion every generation (``crown_every_generation``), so a leak on a rare event, such
+as a champion being replaced, is exercised as often as the per-step and per-generation paths.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import itertools
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from config import override, preset
+from environment.vector_env import VectorPortfolioEnv
+from models.population import Population
+from models.replay import ReplayBuffer
+from tests.run_checks import rows
+from training import trainer as trainer_module
+from training.runs import start_run
+
+GENERATIONS = 12
+WARM_FROM = 4  # the 400-transition ring fills in generation 2; judge from generation 4 on
+PRELOAD = ["torch", "numpy", "pandas", "matplotlib", "tests.training.leak_run"]
+
+Injection = Callable[[pytest.MonkeyPatch, list], None]
+INJECTIONS: dict[str, Injection] = {}
+"""Each patches one place of the trainer the way a leak would, keeping what it leaks in ``kept``."""
+
+
+def injection(function: Injection) -> Injection:
+    INJECTIONS[function.__name__] = function
+    return function
+
+
+def wrap(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, before=None, after=None) -> None:
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        if before is not None:
+            before(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if after is not None:
+            after(result, *args, **kwargs)
+        return result
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the trainer crown a different slot each generation, whichever way it decides crowning."""
+    calls = itertools.count()
+    if hasattr(trainer_module, "choose_champion"):  # a selection rule that returns the slot to crown, or None
+        monkeypatch.setattr(trainer_module, "choose_champion", lambda edges, *a, **kw: next(calls) % len(edges))
+        return
+
+    def winning(scores, population, env, starts):  # the best validation score beats the champion's
+        call = next(calls)
+        scores[call % population.popsize] = 1e3 + call
+
+    wrap(monkeypatch, trainer_module, "validate", after=winning)
+
+
+def _train(root: str, leak: str | None, generations: int, device: str) -> dict[str, Any]:
+    """Runs in the child: inject, train, return the rows from ``WARM_FROM`` on and the console lines."""
+    kept: list = []
+    lines: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        if leak is not None:
+            INJECTIONS[leak](monkeypatch, kept)
+        crown_every_generation(monkeypatch)
+        config = override(
+            preset("smoke"),
+            {
+                "data.tickers": ("AAPL", "JNJ", "KO", "MSFT", "XOM", "WMT"),
+                "ddpg.buffer_size": 400,
+                "checkpoint.uri": root,
+                "checkpoint.keep_last": 1,
+                "runtime.generations": generations,
+                "runtime.progress": False,
+                "runtime.device": device,
+            },
+        )
+        run = start_run(config, log=lines.append)
+        run.trainer.run(until=generations)
+        measured = [row for row in rows(run.trainer.run_dir) if row["generation"] >= WARM_FROM]
+    return {"rows": measured, "lines": lines, "kept": len(kept)}
+
+
+def run_in_own_process(
+    root: Path, leak: str | None = None, *, generations: int = GENERATIONS, device: str = "cpu"
+) -> dict[str, Any]:
+    """Train in a fresh child process with the named injection; its rows, console lines and count of kept items."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, once per test session
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(_train, str(root), leak, generations, device).result()
+
+
+# --------------------------------------------------------------------------- the injections
+
+
+@injection
+def loss_tensors_kept_with_their_graphs(mp, kept):
+    def keep_loss(result, population, batch, **kwargs):
+        kept.append(population.critic(batch.windows, batch.weights, batch.actions).pow(2).mean())
+
+    wrap(mp, trainer_module, "ddpg_update", after=keep_loss)
+
+
+@injection
+def per_step_histories_never_cleared(mp, kept):
+    wrap(mp, VectorPortfolioEnv, "step", after=lambda result, env, actions: kept.append(result[0]))
+
+
+@injection
+def a_new_environment_per_episode(mp, kept):
+    original = trainer_module.collect
+
+    def collect(population, env, start_days, **kwargs):
+        fresh = VectorPortfolioEnv(
+            env.market,
+            num_agents=env.num_agents,
+            num_episodes=env.num_episodes,
+            episode_days=env.episode_days,
+            lookback=env.gatherer.lookback,
+            cost_rate=env.cost_rate,
+        )
+        kept.append(fresh)  # the old environments stay referenced
+        return original(population, fresh, start_days, **kwargs)
+
+    mp.setattr(trainer_module, "collect", collect)
+
+
+@injection
+def a_new_population_each_generation(mp, kept):
+    def build(trainer):
+        cfg = trainer.config
+        kept.append(
+            Population(
+                cfg.evolution.popsize,
+                trainer.train_env.gatherer.window_size,
+                encoder_hidden=cfg.model.encoder_hidden,
+                embedding=cfg.model.embedding,
+                head_hidden=cfg.model.head_hidden,
+                actor_lr=cfg.ddpg.actor_lr,
+                critic_lr=cfg.ddpg.critic_lr,
+                exploration=(0.1, 1.0),
+                device="cpu",
+                generator=torch.Generator().manual_seed(0),
+            )
+        )
+
+    wrap(mp, trainer_module.Trainer, "run_generation", before=build)
+
+
+@injection
+def deepcopy_clones(mp, kept):
+    def clone(population, plan, **kwargs):
+        kept.append(copy.deepcopy(population.actor))
+
+    wrap(mp, trainer_module, "evolve_", before=clone)
+
+
+@injection
+def a_replaced_best_agent_never_released(mp, kept):
+    # Every comparison with the champion keeps the outgoing best alive, as the replaced system did on replacement.
+    wrap(mp, trainer_module, "validate", before=lambda population, *a: kept.append(copy.deepcopy(population.champion)))
+
+
+@injection
+def the_outgoing_champion_kept_on_each_crowning(mp, kept):
+    # A rare event: only a crowning keeps something (the champion's parameters before they are overwritten).
+    wrap(mp, Population, "crown", before=lambda population, index: kept.append(population.champion.state_dict()))
+
+
+@injection
+def an_unbounded_loss_history(mp, kept):
+    # Every update's per-agent losses appended to a history that is never trimmed.
+    wrap(mp, trainer_module, "ddpg_update", after=lambda result, *a, **kw: kept.append(result.critic.tolist()))
+
+
+@injection
+def a_few_python_floats_per_generation(mp, kept):
+    # Untracked by the collector and a few blocks each: 16 floats a generation at the test's scale.
+    wrap(mp, trainer_module, "ddpg_update", after=lambda result, *a, **kw: kept.extend(result.critic.tolist()))
+
+
+@injection
+def a_few_small_numpy_arrays_per_generation(mp, kept):
+    # One 1-element array per agent and episode: 16 a generation at the test's scale.
+    def keep(result, rewards):
+        kept.extend(np.array([value]) for value in result.flatten().tolist())
+
+    wrap(mp, trainer_module, "episode_returns", after=keep)
+
+
+@injection
+def pyplot_figures_never_closed(mp, kept):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    def plot(trainer):
+        figure = plt.figure()
+        plt.plot([1, 2, 3])
+        kept.append(figure.number)  # pyplot's registry holds the figure itself
+
+    wrap(mp, trainer_module.Trainer, "run_generation", before=plot)
+
+
+@injection
+def a_growing_list_of_upload_futures(mp, kept):
+    original_init = trainer_module.Trainer.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.on_checkpoint = lambda generation, protect: kept.append(concurrent.futures.Future())
+
+    mp.setattr(trainer_module.Trainer, "__init__", init)
+
+
+@injection
+def per_step_numpy_allocations_kept(mp, kept):
+    # Each step's observation and weights copied to numpy and kept, a list per step, as history-keeping code does.
+    def keep(result, env):
+        kept.append([result.windows.numpy().copy(), result.weights.numpy().copy()])
+
+    wrap(mp, VectorPortfolioEnv, "observe", after=keep)
+
+
+@injection
+def per_step_numpy_arrays_of_the_rewards(mp, kept):
+    # A small numpy copy of every step's rewards: freed memory of earlier tests would hide it from RSS.
+    def keep(result, env, actions):
+        kept.append(result[0].rewards.numpy().copy())
+
+    wrap(mp, VectorPortfolioEnv, "step", after=keep)
+
+
+@injection
+def a_replay_buffer_storing_observation_windows(mp, kept):
+    # The replaced system's real cause: full observation windows stored with every transition.
+    def store_windows(buffer, **transition):
+        kept.append(buffer.gatherer.gather(transition["days"]).clone())
+
+    wrap(mp, ReplayBuffer, "add", before=store_windows)

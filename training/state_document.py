@@ -1,0 +1,83 @@
+"""What a generation's ``state.json`` and ``history.json`` must hold, checked before anything reads a value.
+
+The manifest's hashes prove the files are the ones written, not that whoever wrote them wrote the right types:
+a hand-edited or foreign checkpoint with ``"generation": "7"`` or ``"champion_score": [1]`` must be one line
+naming the key, not a traceback in the middle of a restore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from utils import checkpoint
+from utils.errors import CheckpointError
+
+_INT = (int,)
+_NUMBER = (int, float)
+STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    # key: (accepted JSON types, may be null)
+    "format_version": (_INT, False),
+    "generation": (_INT, False),
+    "champion_score": (_NUMBER, True),
+    "champion_generation": (_INT, False),
+    "actor_optim_steps": (_INT, False),
+    "critic_optim_steps": (_INT, False),
+    "replay_pos": (_INT, False),
+    "replay_size": (_INT, False),
+    "market_fingerprint": ((str,), False),
+    "tickers": ((list,), False),
+    "splits": ((dict,), False),
+    "config": ((dict,), False),
+}
+"""Every key the trainer writes and a resume reads, with its type."""
+
+
+def state_problem(state: Any, generation: int) -> str | None:
+    """What is wrong with the state document of generation ``generation`` (its folder's number), or None."""
+    if not isinstance(state, dict):
+        return f"is a JSON {type(state).__name__}, not an object"
+    for key, (types, nullable) in STATE_TYPES.items():
+        if key not in state:
+            return f"has no {key!r}"
+        value = state[key]
+        if value is None and nullable:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):  # JSON true is not a count
+            expected = " or ".join(t.__name__ for t in types) + (" or null" if nullable else "")
+            return f"{key!r} is {value!r:.40}, not {expected}"
+        if types is _INT and value < 0:
+            return f"{key!r} is {value}, not >= 0"
+    if state["generation"] != generation:
+        return f"says generation {state['generation']}, but its folder is generation {generation}"
+    if state["champion_generation"] > generation:
+        return f"names champion generation {state['champion_generation']}, after generation {generation}"
+    if not all(isinstance(ticker, str) for ticker in state["tickers"]):
+        return "'tickers' holds a value that is not a string"
+    return None
+
+
+def history_problem(history: Any) -> str | None:
+    """What is wrong with a history document (a list of metrics rows, one object per generation), or None."""
+    if not isinstance(history, list):
+        return f"is a JSON {type(history).__name__}, not a list of rows"
+    for index, row in enumerate(history):
+        if not isinstance(row, dict):
+            return f"row {index} is a JSON {type(row).__name__}, not an object"
+        if isinstance(row.get("generation"), bool) or not isinstance(row.get("generation"), int):
+            return f"row {index} has no integer 'generation'"
+    return None
+
+
+def read_state(files: checkpoint.GenerationFiles) -> dict[str, Any]:
+    """The generation's verified state document, after checking both documents; a CheckpointError names the file."""
+    folder = checkpoint.parse_dirname(files.path.name)
+    if folder is not None and folder != files.generation:
+        raise CheckpointError(f"{files.path / checkpoint.MANIFEST_NAME} says generation {files.generation}")
+    state = checkpoint.read_document(files, "state")
+    problem = state_problem(state, files.generation)
+    if problem is not None:
+        raise CheckpointError(f"{files.path / 'state.json'} {problem}")
+    problem = history_problem(checkpoint.read_document(files, "history"))
+    if problem is not None:
+        raise CheckpointError(f"{files.path / 'history.json'} {problem}")
+    return state
