@@ -87,7 +87,12 @@ def plan_folds(config: Config, *, seeds: Sequence[int], years: Sequence[int] = (
     """
     data = config.data
     table = load_prices(
-        data.path or None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days
+        data.path or None,
+        tickers=data.tickers,
+        start=data.start,
+        end=data.end,
+        max_fill_days=data.max_fill_days,
+        max_assets=data.max_assets,
     )
     calendar = table.dates.year
     available = sorted(set(int(y) for y in calendar))
