@@ -137,3 +137,24 @@ def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
     status = main.main([*backtest_command(prices, tmp_path), "--generations", "2"])
     err = capsys.readouterr().err
     assert status == 2 and "started with other settings" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--seeds", "0,x"], "--seeds expects"),
+        (["--seeds", "-1"], "--seeds expects"),
+        (["--years", "1890"], "not in the data"),
+        (["--folds", "0"], "--folds must be >= 1"),
+        (["--name", "../up"], "--name must be a plain folder name"),
+        (["--checkpoint-uri", "gs://bucket/x"], "local folder"),
+        (["--set", "ddpg.gamma=2"], "ddpg.gamma"),
+    ],
+)
+def test_bad_backtest_input_is_one_line_and_writes_nothing(prices, tmp_path, capsys, args, phrase):
+    command = backtest_command(prices, tmp_path / "root")
+    status = main.main([*command, *args])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and phrase in err, err
+    assert not (tmp_path / "root").exists()
