@@ -132,9 +132,9 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
 
 
 def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
-    assert main.main([*backtest_command(prices, tmp_path), "--generations", "1"]) == 0
+    assert main.main([*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "1"]) == 0
     capsys.readouterr()
-    status = main.main([*backtest_command(prices, tmp_path), "--generations", "2"])
+    status = main.main([*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "2"])
     err = capsys.readouterr().err
     assert status == 2 and "started with other settings" in err and len(err.strip().splitlines()) == 1
 
