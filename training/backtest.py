@@ -322,7 +322,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds, one run per seed and year (default 0)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run per seed and year (0,1,2)")
     parser.add_argument("--folds", type=int, default=4, help="test years: the last FOLDS years of the data (4)")
     parser.add_argument("--years", help="comma-separated test years instead of --folds")
     parser.add_argument("--generations", type=int, help="generations of every fold's run")
