@@ -200,12 +200,20 @@ def _read_file(file: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
         kind = "parquet"
     else:
         raise DataError(f"{file}: unknown file type; expected .csv, .csv.gz, .parquet or .pq")
+    if file.is_dir():
+        raise DataError(f"{file} is a folder, not a price file; pass the CSV or Parquet file itself")
     if not file.is_file():
         raise DataError(f"price file not found: {file}")
     try:
         if kind == "csv":
+            # pandas renames a repeated header ("AAA", "AAA.1"): read the header as it is written first.
+            header = pd.read_csv(file, header=None, nrows=1, dtype=str, skipinitialspace=True).iloc[0].tolist()
             raw = pd.read_csv(file, skipinitialspace=True)
         else:
+            import pyarrow.parquet
+
+            header = list(pyarrow.parquet.read_schema(file).names)
+            _check_unique_columns(header, file)  # pyarrow cannot read a file with repeated names
             raw = pd.read_parquet(file)
             if not isinstance(raw.index, pd.RangeIndex):
                 raw = raw.reset_index()
@@ -214,10 +222,36 @@ def _read_file(file: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
     except _READ_ERRORS as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{file}: cannot read it as {kind.upper()} ({reason})") from None
+    _check_unique_columns(header, file)
+    if kind == "csv" and len(header) == 1:
+        _check_delimiter(str(header[0]), file)
     raw.columns = [str(c).strip() for c in raw.columns]
     if kind == "csv":
         return raw, lambda i: f"line {i + 2}"
     return raw, lambda i: f"row {i + 1}"
+
+
+_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes", " ": "spaces"}
+
+
+def _check_unique_columns(header: Sequence[object], file: Path) -> None:
+    names = [str(name).strip() for name in header]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(
+            f"{file}: more than one column named {repeated[0]!r}; keep one price column per ticker (rename or drop "
+            "the others)"
+        )
+
+
+def _check_delimiter(header: str, file: Path) -> None:
+    """One column whose name holds another separator: a file written with ';', tabs, '|' or spaces."""
+    for delimiter, name in _DELIMITERS.items():
+        if len(header.strip().split(delimiter)) > 1:
+            raise DataError(
+                f"{file}: its columns are separated by {name}, not commas; save it as comma-separated CSV "
+                "(or as Parquet)"
+            )
 
 
 def _normalise(name: str) -> str:

@@ -42,9 +42,26 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
         (["--preset", "huge"], ["huge", "smoke"]),
         (["--bogus-flag"], ["--bogus-flag"]),
         (["--generations", "many"], ["--generations"]),
+        (["--seed", "-1"], ["runtime.seed"]),
+        (["--set", "runtime.seed=-5"], ["runtime.seed"]),
+        (["--population", "4", "--set", "evolution.popsize=8"], ["--population 4", "evolution.popsize=8"]),
+        (["--seed", "1", "--set", "runtime.seed=2"], ["--seed 1", "runtime.seed=2"]),
+        (["--no-progress", "--set", "runtime.progress=true"], ["--no-progress", "runtime.progress"]),
+        *[
+            (["--run-name", name], ["checkpoint.run_name", "plain folder name"])
+            for name in ["../escaped", "..", ".", "a/b", "a\\b", "c:x", "{outside}", ".hidden", "a b"]
+        ],
+        (["--set", "checkpoint.run_name=../escaped"], ["checkpoint.run_name"]),
+        (["--resume", "--run-name", "../escaped"], ["checkpoint.run_name"]),
+        (["--set", "ddpg.buffer_size=100000000000000"], ["needs at least", "replay ring", "ddpg.buffer_size"]),
+        (["--population", "100000000000"], ["needs at least", "evolution.popsize"]),
+        (["--set", "model.encoder_hidden=1000000000"], ["needs at least", "model.encoder_hidden"]),
+        (["--set", "evaluation.episodes=100000000000"], ["needs at least", "evaluation.episodes"]),
+        (["--set", "ddpg.batch_size=10000000000"], ["needs at least", "ddpg.batch_size"]),
     ],
 )
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
+    args = [arg.format(outside=tmp_path / "outside") for arg in args]
     result = run_cli(*args, cwd=tmp_path)
     assert_one_line_error(result, *phrases)
     assert list(tmp_path.iterdir()) == []
@@ -65,6 +82,32 @@ def test_malformed_data_file_is_one_line_and_writes_nothing(tmp_path, content, p
     result = run_cli("--data", str(tmp_path / "prices.csv"), "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
     assert_one_line_error(result, *phrases)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prices.csv"]
+
+
+@pytest.mark.parametrize("uri", ["a-file", "a-file/runs"])
+def test_a_checkpoint_location_that_is_a_file(tmp_path, uri):
+    (tmp_path / "a-file").write_text("not a folder")
+    for resume in ([], ["--resume"]):
+        result = run_cli("--checkpoint-uri", str(tmp_path / uri), *resume, cwd=tmp_path)
+        assert_one_line_error(result, "a-file is a file, not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert (tmp_path / "a-file").read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "phrases"),
+    [
+        ("prices.csv", lambda p: p.write_text("Date;AAA\n2020-01-02;1\n"), ["semicolons", "comma-separated"]),
+        ("prices.csv", lambda p: p.write_text("Date\tAAA\n2020-01-02\t1\n"), ["tabs", "comma-separated"]),
+        ("prices.csv", lambda p: p.write_text("Date,AAA,AAA\n2020-01-02,1,2\n"), ["'AAA'", "one price column"]),
+        ("prices.csv", lambda p: p.mkdir(), ["is a folder", "file itself"]),
+    ],
+)
+def test_data_mistakes_say_what_to_do(tmp_path, name, make, phrases):
+    make(tmp_path / name)
+    result = run_cli("--data", str(tmp_path / name), "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
+    assert_one_line_error(result, *phrases)
+    assert [p.name for p in tmp_path.iterdir()] == [name]
 
 
 def test_missing_data_file(tmp_path):

@@ -233,6 +233,8 @@ def find_run(root: Path, run_name: str = "") -> Path:
     for a run that never completed one."""
     if run_name:
         run_dir = root / run_name
+        if run_dir.is_symlink():
+            raise CheckpointError(f"{run_dir} is a symbolic link, not a run folder; runs live only in {root}")
         if not (run_dir / "config.json").is_file():
             raise CheckpointError(f"no run named {run_name!r} under {root}")
         return run_dir
@@ -297,6 +299,7 @@ def resume_run(
     resumed = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
     device = resolve_device(resumed.runtime.device)
     market = load_market(resumed, device)
+    check_memory(resumed, market)  # this machine may have less memory than the one that started the run
     trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
     with _offering_earlier(run_dir, generation):
         trainer.restore(files)

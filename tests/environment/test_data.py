@@ -428,3 +428,35 @@ def test_error_messages_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_prices(path)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("delimiter", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "pipes"), (" ", "spaces")])
+def test_another_delimiter_says_to_save_as_comma_separated(tmp_path: Path, delimiter: str, name: str) -> None:
+    frame = make_prices()
+    frame.rename_axis("Date").reset_index().to_csv(tmp_path / "prices.csv", sep=delimiter, index=False)
+    with pytest.raises(DataError, match=rf"separated by {name}, not commas; save it as comma-separated CSV"):
+        load_prices(tmp_path / "prices.csv")
+
+
+@pytest.mark.parametrize("header", ["Date,AAA,AAA,BBB", "Date,AAA, AAA ,BBB"])
+def test_two_price_columns_for_one_ticker(tmp_path: Path, header: str) -> None:
+    text = f"{header}\n2020-01-02,1,2,3\n2020-01-03,1,2,3\n"
+    with pytest.raises(DataError, match=r"more than one column named 'AAA'; keep one price column per ticker"):
+        load_prices(write_text(tmp_path / "prices.csv", text))
+
+
+def test_two_price_columns_for_one_ticker_in_parquet(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = [pa.array(["2020-01-02", "2020-01-03"]), pa.array([1.0, 1.1]), pa.array([2.0, 2.1])]
+    pq.write_table(pa.table(columns, names=["date", "AAA", "AAA"]), tmp_path / "prices.parquet")
+    with pytest.raises(DataError, match=r"more than one column named 'AAA'"):
+        load_prices(tmp_path / "prices.parquet")
+
+
+@pytest.mark.parametrize("name", ["prices.csv", "prices.csv.gz", "prices.parquet"])
+def test_a_folder_named_like_a_price_file(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    with pytest.raises(DataError, match=r"is a folder, not a price file; pass the CSV or Parquet file itself"):
+        load_prices(tmp_path / name)

@@ -222,3 +222,16 @@ def test_a_generation_folder_that_is_a_link_is_refused(run, capsys, tmp_path):
     assert_refused(code, err, "gen-000003", "symbolic link", "--resume-from 2")
     assert snapshot(run) == before
     assert elsewhere.is_dir() and (run / "gen-000003").is_symlink()
+
+
+def test_a_run_folder_that_is_a_link_is_neither_resumed_nor_started_into(run, capsys, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run, elsewhere)
+    run.symlink_to(elsewhere, target_is_directory=True)
+    before = snapshot(elsewhere)
+    code, err = resume(run, capsys, "--run-name", "r", "--generations", "5")
+    assert_refused(code, err, "symbolic link")
+    capsys.readouterr()
+    code = main.main(["--preset", "smoke", "--checkpoint-uri", str(run.parent), "--run-name", "r", "--no-progress"])
+    assert_refused(code, capsys.readouterr().err.strip(), "not a run folder")
+    assert snapshot(elsewhere) == before
