@@ -10,8 +10,8 @@ core) on a planted one-day reversal (strength 0.02) and on a random walk, and pr
 * ``default``: as shipped.
 * ``critic``: the actor climbs the critic (plain DDPG) instead of the exact next-day reward (``ddpg.actor_objective``).
 * ``no_tilt``: agents start from full-scale random heads and no cash bias, not as small tilts around equal weight.
-* ``best_on_validation``: the old selection: crown the agent with the best validation log return every generation,
-  with no test against equal weight.
+* ``best_on_validation``: selection as it was: crown the agent with the best validation log return whenever it
+  beats the champion's, with no allowance for noise or for the number of candidates compared (z = 0).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ def variant(name: str) -> Iterator[dict[str, str]]:
     import models.networks as networks
     import training.trainer as trainer
 
-    saved = (networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.choose_champion)
+    saved = (networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.selection_z)
     try:
         if name == "no_tilt":
             networks.HEAD_INIT_SCALE, networks.CASH_LOGIT = 1.0, 0.0
         if name == "best_on_validation":
-            trainer.choose_champion = lambda edges, champion_edge: int(edges.argmax())
+            trainer.selection_z = lambda popsize, generation, alpha: 0.0
         yield {"ddpg.actor_objective": "critic"} if name == "critic" else {}
     finally:
-        networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.choose_champion = saved
+        networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.selection_z = saved
 
 
 def main() -> None:
