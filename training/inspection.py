@@ -517,7 +517,12 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("")
 
     score, found = report["champion_score"], report["champion_generation"]
-    champion = "none yet" if score is None else f"validation score {score:+.4f}, found in generation {found}"
+    if score is None:
+        champion = "none yet"
+    elif found == 0:
+        champion = f"equal weight (no agent's edge passed the selection test), validation score {score:+.4f}"
+    else:
+        champion = f"validation score {score:+.4f}, found in generation {found}"
     lines.append(_line("champion", champion))
     population = report["population"]
     if population is None:

@@ -370,3 +370,14 @@ def test_a_state_document_of_the_wrong_types_is_damage_not_a_traceback(smoke_run
         error = capsys.readouterr().err.strip()
         assert len(error.splitlines()) == 1 and "damaged" in error and "champion_score" in error, error
     assert not (tmp_path / "out").exists() and not (tmp_path / "ev").exists()
+
+
+def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    argv = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "ew", "--generations", "1"]
+    assert main.main([*argv, "--no-progress"]) == 0
+    capsys.readouterr()
+    status, out, _ = inspect(capsys, tmp_path / "ew")
+    assert status == 0
+    line = next(line for line in out.splitlines() if line.startswith("champion"))
+    assert "equal weight (no agent's edge passed the selection test)" in line
