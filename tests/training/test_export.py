@@ -52,7 +52,14 @@ def trained(smoke_run):
     state = checkpoint.read_document(gen, "state")
     config = Config.from_dict(state["config"])
     data = config.data
-    table = load_prices(None, tickers=data.tickers, start=data.start, end=data.end, max_fill_days=data.max_fill_days)
+    table = load_prices(
+        None,
+        tickers=data.tickers,
+        start=data.start,
+        end=data.end,
+        max_fill_days=data.max_fill_days,
+        max_assets=data.max_assets,
+    )
     market = build_market(
         table,
         lookback=config.env.lookback,
