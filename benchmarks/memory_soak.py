@@ -63,13 +63,13 @@ SERIES = (
 BOUNDS = {
     "rss_slope_bytes": 64_000,
     "objects_slack": 0,
-    "references_slack": 8,
+    "references_slope_limit": 4,
     "blocks_slope_limit": 100,
     "tensors_exact": True,
 }
-"""Default leak bounds: those of tests/training/test_leaks.py (tensors and collector objects flat exactly, the
-references they hold within 8, RSS within 64 kB and Python's allocated blocks within 100 per generation, least
-squares)."""
+"""Default leak bounds: those of tests/training/test_leaks.py (tensors and collector objects flat exactly; per
+generation: the references they hold within 4 and Python's allocated blocks within 100 (least squares), the median
+RSS change within 64 kB)."""
 SETTLE = 2
 """Generations after the one that fills the ring before judging (as the leak tests do)."""
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -119,21 +121,25 @@ def leak_findings(
     rss_slope_bytes: float,
     objects_slack: int,
     blocks_slope_limit: float,
-    references_slack: int | None = None,
+    references_slope_limit: float | None = None,
     tensors_exact: bool = True,
 ) -> list[str]:
     """What in a run's metrics rows (all after warm-up) looks like a leak; empty when memory is flat.
 
     Args:
         rows: metrics rows with the telemetry keys.
-        rss_slope_bytes: largest acceptable least-squares RSS growth per generation.
+        rss_slope_bytes: largest acceptable typical RSS growth per generation: the median of the changes from one
+            generation to the next, so a single step (the allocator keeping a block it took once, measured up to
+            about 15 MB in a fresh process) is not read as a trend, while a leak, which grows every generation, is.
         objects_slack: largest acceptable rise of the Python object count over the rows.
         blocks_slope_limit: largest acceptable least-squares growth of Python's allocated blocks per generation.
             Never 0: CPython and PyTorch fill internal caches for thousands of calls (measured: a matmul
             backward holds about one more block per call up to about 1,950; ``dataclasses.asdict`` about 13,000
             over its first 2,000 calls), so a healthy process's block count rises slowly for a long time.
-        references_slack: largest acceptable rise of the references tracked objects hold (``python_references``)
-            over the rows; None does not judge them (rows written before the figure existed).
+        references_slope_limit: largest acceptable least-squares growth per generation of the references tracked
+            objects hold (``python_references``); a slope, not a rise, because a collection that frees start-up
+            garbage may dip the count by a few dozen, after which it recovers by some. None does not judge them
+            (rows written before the figure existed).
         tensors_exact: require the same live tensor count in every row (else allow no net rise).
     """
     findings = []
@@ -143,16 +149,17 @@ def leak_findings(
     objects = [row["python_objects"] for row in rows]
     if max(objects) - objects[0] > objects_slack:
         findings.append(f"python objects rose by {max(objects) - objects[0]} (> {objects_slack})")
-    if references_slack is not None:
-        references = [row["python_references"] for row in rows]
-        if max(references) - references[0] > references_slack:
-            findings.append(f"python references rose by {max(references) - references[0]} (> {references_slack})")
+    if references_slope_limit is not None:
+        slope = least_squares_slope([row["python_references"] for row in rows])
+        if slope > references_slope_limit:
+            findings.append(f"python references grow {slope:.1f} per generation (> {references_slope_limit})")
     blocks_slope = least_squares_slope([row["python_blocks"] for row in rows])
     if blocks_slope > blocks_slope_limit:
         findings.append(f"python blocks grow {blocks_slope:.0f} per generation (> {blocks_slope_limit})")
-    slope = least_squares_slope([row["rss_bytes"] for row in rows])
-    if slope > rss_slope_bytes:
-        findings.append(f"RSS grows {slope / 1e6:.2f} MB per generation (> {rss_slope_bytes / 1e6:.2f})")
+    rss = [row["rss_bytes"] for row in rows]
+    growth = statistics.median(b - a for a, b in itertools.pairwise(rss)) if len(rss) > 1 else 0
+    if growth > rss_slope_bytes:
+        findings.append(f"RSS grows {growth / 1e6:.2f} MB per generation (> {rss_slope_bytes / 1e6:.2f})")
     if any(row.get("cuda_allocated_bytes") != rows[0].get("cuda_allocated_bytes") for row in rows):
         findings.append("CUDA allocated bytes changed")
     return findings

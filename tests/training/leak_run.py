@@ -75,6 +75,9 @@ def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _train(root: str, leak: str | None, generations: int, device: str) -> dict[str, Any]:
     """Runs in the child: inject, train, return the rows from ``WARM_FROM`` on and the console lines."""
+    # One intra-op thread: which thread allocates, and so which malloc arena grows, then no longer depends on
+    # how the cores are shared with other work, and RSS is as reproducible as the object counts.
+    torch.set_num_threads(1)
     kept: list = []
     lines: list[str] = []
     with pytest.MonkeyPatch.context() as monkeypatch:

@@ -47,11 +47,13 @@ def test_leak_findings_and_slope():
     assert any("live tensors" in f for f in leak_findings(leaking, **bounds))
     growing_rss = [{**row, "rss_bytes": 100_000_000 + 10_000 * i} for i, row in enumerate(flat)]
     assert any("RSS" in f for f in leak_findings(growing_rss, **bounds))
+    one_step = [{**row, "rss_bytes": 100_000_000 + (15_000_000 if i >= 2 else 0)} for i, row in enumerate(flat)]
+    assert leak_findings(one_step, **bounds) == []  # the allocator keeping a block once is not a trend
     # A handful of untracked objects kept per generation: only the reference count sees them.
     kept_floats = [{**row, "python_references": row["python_references"] + 20 * i} for i, row in enumerate(flat)]
     assert leak_findings(kept_floats, **bounds) == []
-    assert any("references" in f for f in leak_findings(kept_floats, **bounds, references_slack=8))
-    assert leak_findings(flat, **bounds, references_slack=0) == []
+    assert any("references" in f for f in leak_findings(kept_floats, **bounds, references_slope_limit=4))
+    assert leak_findings(flat, **bounds, references_slope_limit=0) == []
 
 
 def test_count_objects_sees_untracked_objects_kept_in_a_list():
