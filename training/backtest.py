@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from config import Config, override
-from environment.data import load_prices
 from training.evaluation import INDEX, evaluate
-from training.runs import resume_run, start_run
+from training.runs import load_table, resume_run, start_run
 from training.trainer import Trainer
 from utils import checkpoint
 from utils.cli import ArgumentParser
@@ -85,15 +84,7 @@ def plan_folds(config: Config, *, seeds: Sequence[int], years: Sequence[int] = (
     Raises:
         ConfigError: a test year the data does not hold, or no year before it to train on.
     """
-    data = config.data
-    table = load_prices(
-        data.path or None,
-        tickers=data.tickers,
-        start=data.start,
-        end=data.end,
-        max_fill_days=data.max_fill_days,
-        max_assets=data.max_assets,
-    )
+    table = load_table(config)
     calendar = table.dates.year
     available = sorted(set(int(y) for y in calendar))
     if not years:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from config import Config, override
-from environment.data import load_prices
+from environment.data import PriceTable, load_prices
 from environment.features import build_market
 from environment.market import Market
 from training.sizing import check_memory
@@ -40,9 +40,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_market(config: Config, device: torch.device) -> Market:
+def load_table(config: Config) -> PriceTable:
+    """The price table ``config.data`` selects."""
     data = config.data
-    table = load_prices(
+    return load_prices(
         data.path or None,
         tickers=data.tickers,
         start=data.start,
@@ -50,8 +51,12 @@ def load_market(config: Config, device: torch.device) -> Market:
         max_fill_days=data.max_fill_days,
         max_assets=data.max_assets,
     )
+
+
+def load_market(config: Config, device: torch.device) -> Market:
+    data = config.data
     return build_market(
-        table,
+        load_table(config),
         lookback=config.env.lookback,
         episode_days=config.env.episode_days,
         validation_days=data.validation_days,
