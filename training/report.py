@@ -162,7 +162,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
         "generation": gen.generation,
         "champion_generation": state.get("champion_generation"),
         "validation_score": state.get("champion_score"),
-        "validation_edge": state.get("champion_edge"),
+        "validation_edge": state["champion_edge"],
     }
     run_dir = located.run_dir
     default = (run_dir if run_dir is not None else gen.path.parent) / "evaluation" / gen.path.name

@@ -20,6 +20,7 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "generation": (_INT, False),
     "champion_score": (_NUMBER, True),
     "champion_generation": (_INT, False),
+    "champion_edge": (_NUMBER, False),
     "actor_optim_steps": (_INT, False),
     "critic_optim_steps": (_INT, False),
     "replay_pos": (_INT, False),

@@ -458,7 +458,7 @@ class Trainer:
         score = state["champion_score"]
         self.champion_score = -math.inf if score is None else float(score)
         self.champion_generation = int(state["champion_generation"])
-        self.champion_edge = float(state.get("champion_edge") or 0.0)
+        self.champion_edge = float(state["champion_edge"])
         # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
         # the commit); the checkpoint's own history is the truth.
         history = checkpoint.read_document(generation_files, "history")
