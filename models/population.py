@@ -44,6 +44,7 @@ class Population:
     ) -> None:
         widths = dict(encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden)
         self.popsize = popsize
+        self.device = torch.device(device)
         self.actor = Actor(popsize, window_size, **widths).to(device)
         self.critic = Critic(popsize, window_size, **widths).to(device)
         self.actor_target = Actor(popsize, window_size, **widths).to(device)

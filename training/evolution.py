@@ -35,6 +35,10 @@ class EvolutionPlan(NamedTuple):
     elite: torch.Tensor
     """(P,) bool: slots kept exactly."""
 
+    def to(self, device: torch.device | str) -> EvolutionPlan:
+        """The plan on ``device``: moved once per generation, not once per tensor it is applied to."""
+        return EvolutionPlan(*(field.to(device) for field in self))
+
     @property
     def offspring(self) -> torch.Tensor:
         """(num_offspring,) long: the slots that receive an offspring."""
@@ -90,13 +94,14 @@ def plan_generation(
 
 @torch.no_grad()
 def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
-    """Offspring slots of every tensor become their parent's slice; elites are not touched."""
+    """Offspring slots of every tensor become their parent's slice; elites are not touched. The plan is on
+    the tensors' device."""
     slots = plan.offspring
     if slots.numel() == 0:
         return
+    parents = plan.parents[slots]
     for tensor in tensors:
-        index = slots.to(tensor.device)
-        tensor.index_copy_(0, index, tensor[plan.parents[slots].to(tensor.device)])
+        tensor.index_copy_(0, slots, tensor[parents])
 
 
 @torch.no_grad()
@@ -105,14 +110,12 @@ def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
     slots = plan.offspring
     if slots.numel() == 0:
         return
+    parents, mates, blend = plan.parents[slots], plan.mates[slots], plan.blend[slots]
     for tensor in tensors:
-        device = tensor.device
-        index = slots.to(device)
-        parent = tensor[plan.parents[slots].to(device)]
-        mate = tensor[plan.mates[slots].to(device)]
-        weight = plan.blend[slots].to(device=device, dtype=tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
-        child = torch.where(weight == 1, parent, torch.lerp(mate, parent, weight))
-        tensor.index_copy_(0, index, child)
+        parent = tensor[parents]
+        weight = blend.to(tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
+        child = torch.where(weight == 1, parent, torch.lerp(tensor[mates], parent, weight))
+        tensor.index_copy_(0, slots, child)
 
 
 @torch.no_grad()
@@ -126,12 +129,11 @@ def mutate_(
 ) -> None:
     """Add N(0, stdev) noise to a random ``fraction`` of the entries of the slots where ``slots`` (P,) is
     True; every other entry keeps its exact bits. Draws for every slot, so the generator advances the
-    same way whoever is mutated."""
+    same way whoever is mutated. The noise is drawn where the tensors live: ``generator`` is on their device."""
     for tensor in tensors:
-        noise = torch.randn(tensor.shape, generator=generator, device=generator.device) * stdev
-        chosen = torch.rand(tensor.shape, generator=generator, device=generator.device) < fraction
-        chosen &= slots.to(chosen.device).view(-1, *([1] * (tensor.dim() - 1)))
-        noise, chosen = noise.to(tensor.device), chosen.to(tensor.device)
+        noise = torch.randn(tensor.shape, generator=generator, device=tensor.device, dtype=tensor.dtype) * stdev
+        chosen = torch.rand(tensor.shape, generator=generator, device=tensor.device) < fraction
+        chosen &= slots.view(-1, *([1] * (tensor.dim() - 1)))
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
 
@@ -144,7 +146,9 @@ def evolve_(
     mutation_stdev: float,
     generator: torch.Generator,
 ) -> None:
-    """Apply ``plan`` to every agent tensor of ``population`` in place (see the module docstring)."""
+    """Apply ``plan`` (made on the host) to every agent tensor of ``population`` in place (see the module
+    docstring); ``generator`` draws the mutations on the population's device."""
+    plan = plan.to(population.device)
     actor_keys = {f"actor.{name}" for name, _ in population.actor.named_parameters()}
     tensors = population.agent_tensors()
     copy_from_parents_([t for k, t in tensors.items() if k not in actor_keys], plan)
@@ -154,5 +158,4 @@ def evolve_(
     # Each offspring's actor target restarts from its new actor.
     slots = plan.offspring
     for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
-        index = slots.to(source.device)
-        target.index_copy_(0, index, source[index])
+        target.index_copy_(0, slots, source[slots])

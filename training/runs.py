@@ -22,7 +22,7 @@ from environment.features import build_market
 from environment.market import Market
 from training.sizing import check_memory
 from training.state_document import read_state
-from training.trainer import Trainer
+from training.trainer import Trainer, describe_device, device_change_note
 from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError
 from utils.storage import Storage, open_storage, parse_uri
@@ -309,6 +309,9 @@ def resume_run(
     with _offering_earlier(run_dir, generation):
         trainer.restore(files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
+    note = device_change_note(trainer.restored_device, describe_device(device))
+    if note is not None:
+        log(note)
     return _attach_uploader(Run(trainer, resumed), storage, log)
 
 

@@ -29,6 +29,7 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "tickers": ((list,), False),
     "splits": ((dict,), False),
     "config": ((dict,), False),
+    "device": ((dict,), False),
 }
 """Every key the trainer writes and a resume reads, with its type."""
 

@@ -52,9 +52,12 @@ from utils.telemetry import (
     python_blocks,
 )
 
-GENERATORS = ("init", "episodes", "exploration", "replay", "evolution")
-"""Independent random streams; the device-side ones live on the training device."""
-DEVICE_GENERATORS = ("exploration", "replay")
+HOST_STREAMS = ("init", "episodes", "evolution")
+"""Random streams on the CPU that run through the whole run; their states are checkpointed."""
+DEVICE_STREAMS = ("exploration", "replay", "mutation")
+"""Random streams on the training device, seeded afresh each generation from (seed, generation): nothing
+device-specific is checkpointed, so a run resumes on another device type (a CUDA generator's state
+means nothing to a CPU one), and each generation's draws do not depend on where the run was before."""
 
 MEASURED_KEYS = frozenset(
     {
@@ -86,15 +89,60 @@ class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
         self.generation = generation
 
 
+def _seed_of(sequence: np.random.SeedSequence) -> int:
+    return int(sequence.generate_state(1, np.uint64)[0]) & 0x7FFF_FFFF_FFFF_FFFF
+
+
 def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generator]:
-    """One generator per stream, seeded from independent children of ``seed``."""
-    children = np.random.SeedSequence(seed).spawn(len(GENERATORS))
+    """The host streams, seeded from independent children of ``seed``, and the device streams (seeded for
+    generation 1 by ``seed_device_streams``)."""
     generators = {}
-    for name, child in zip(GENERATORS, children):
-        generator = torch.Generator(device=device if name in DEVICE_GENERATORS else "cpu")
-        generator.manual_seed(int(child.generate_state(1, np.uint64)[0]) & 0x7FFF_FFFF_FFFF_FFFF)
-        generators[name] = generator
+    for name, child in zip(HOST_STREAMS, np.random.SeedSequence(seed).spawn(len(HOST_STREAMS))):
+        generators[name] = torch.Generator(device="cpu")
+        generators[name].manual_seed(_seed_of(child))
+    for name in DEVICE_STREAMS:
+        generators[name] = torch.Generator(device=device)
+    seed_device_streams(generators, seed, generation=1)
     return generators
+
+
+def seed_device_streams(generators: dict[str, torch.Generator], seed: int, *, generation: int) -> None:
+    """Seed the device streams for ``generation`` (1-based): a function of the seed and the generation only.
+    Their spawn keys (stream, generation) cannot collide with the host streams' children (one key each)."""
+    for index, name in enumerate(DEVICE_STREAMS):
+        sequence = np.random.SeedSequence(seed, spawn_key=(len(HOST_STREAMS) + index, generation))
+        generators[name].manual_seed(_seed_of(sequence))
+
+
+def describe_device(device: torch.device) -> dict[str, str]:
+    """What a checkpoint records of the machine that wrote it: bit-exact resume holds only on the same kind."""
+    described = {"type": device.type, "torch": torch.__version__}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        described |= {
+            "name": torch.cuda.get_device_name(device),
+            "capability": f"{major}.{minor}",
+            "cuda": str(torch.version.cuda),
+        }
+    return described
+
+
+def device_change_note(written: dict[str, Any], current: dict[str, str]) -> str | None:
+    """One line when the device that wrote a checkpoint differs from this one (the run continues), else None."""
+    if written == current:
+        return None
+
+    def name(described: dict[str, Any]) -> str:
+        parts = [str(described.get("name") or described.get("type"))]
+        if described.get("capability"):
+            parts.append(f"compute {described['capability']}, CUDA {described.get('cuda')}")
+        parts.append(f"torch {described.get('torch')}")
+        return ", ".join(parts)
+
+    return (
+        f"note: the checkpoint was written on {name(written)}; continuing on {name(current)}: "
+        "the run goes on, but not bit for bit as it would have on the first"
+    )
 
 
 def market_fingerprint(market: Market) -> str:
@@ -215,6 +263,7 @@ class Trainer:
         cfg = self.config
         popsize = cfg.evolution.popsize
         self._timer.start()
+        seed_device_streams(self.generators, cfg.runtime.seed, generation=self.generation + 1)
 
         # 1) evaluate: all agents x E windows in lockstep; transitions into the ring
         rewards = self.collect_episodes(self._sample_train_starts())
@@ -261,7 +310,7 @@ class Trainer:
             plan,
             mutation_fraction=cfg.evolution.mutation_fraction,
             mutation_stdev=cfg.evolution.mutation_stdev,
-            generator=self.generators["evolution"],
+            generator=self.generators["mutation"],
         )
         self._timer.mark("evolve_s")
 
@@ -413,6 +462,7 @@ class Trainer:
                 if len(days)
             },
             "config": self.config.to_dict(),
+            "device": describe_device(self.device),
         }
         path = checkpoint.write_generation(
             self.run_dir,
@@ -420,7 +470,7 @@ class Trainer:
             tensors={
                 "population": self.population.state_tensors(),
                 "replay": self.buffer.state_dict(),
-                "rng": {name: g.get_state() for name, g in self.generators.items()},
+                "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},
             },
             documents={"state": state, "history": history},
         )
@@ -432,8 +482,8 @@ class Trainer:
         return path
 
     def _load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
-        for name, generator in self.generators.items():
-            generator.set_state(states[name])
+        for name in HOST_STREAMS:
+            self.generators[name].set_state(states[name])
 
     def restore(self, generation_files: checkpoint.GenerationFiles) -> None:
         """Load a complete generation into this trainer's existing storage."""
@@ -459,6 +509,7 @@ class Trainer:
         self.champion_score = -math.inf if score is None else float(score)
         self.champion_generation = int(state["champion_generation"])
         self.champion_edge = float(state["champion_edge"])
+        self.restored_device = state["device"]
         # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
         # the commit); the checkpoint's own history is the truth.
         history = checkpoint.read_document(generation_files, "history")
