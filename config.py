@@ -59,8 +59,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    lookback: int = 32
-    """Days of features in one observation window (L)."""
+    lookback: int = 1
+    """Days of features in one observation window (L). One day by default: the features already summarise
+    1 to 26 days of prices, and a longer window is a fingerprint of its day that lets the actor memorise the
+    training days (RESULTS.md: the lookback ablation)."""
     episode_days: int = 63
     """Steps (trading days) in one episode window; its end is a truncation, not a termination."""
     cost_rate: float = 0.0005

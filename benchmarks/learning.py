@@ -53,7 +53,6 @@ def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: f
 SMALL = {
     "data.validation_days": 252,
     "data.holdout_days": 252,
-    "env.lookback": 8,
     "env.episode_days": 21,
     "model.encoder_hidden": 16,
     "model.embedding": 8,
