@@ -25,6 +25,8 @@ import math
 import torch
 from torch import nn
 
+from config import ModelConfig
+
 CASH_LOGIT = -4.0
 """Initial bias of the cash logit: a new agent keeps about e^-4 / N of its value in cash."""
 EQUAL_WEIGHT_CASH_LOGIT = -40.0
@@ -97,6 +99,8 @@ class Actor(nn.Module):
     def __init__(self, popsize: int, window_size: int, *, encoder_hidden: int, embedding: int, head_hidden: int):
         super().__init__()
         self.popsize = popsize
+        self.window_size = window_size
+        self.widths = dict(encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden)
         self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding)
         self.asset_head = BatchedMLP(popsize, [2 * embedding + 1, head_hidden, 1])
         self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
@@ -116,6 +120,14 @@ class Actor(nn.Module):
             head.layers[-1].bias.zero_()
         self.cash_head.layers[-1].bias.fill_(EQUAL_WEIGHT_CASH_LOGIT)
 
+    @torch.no_grad()
+    def agent(self, index: int) -> Actor:
+        """Agent ``index`` as a one-agent actor of its own (a copy, on the same device, without gradients)."""
+        single = Actor(1, self.window_size, **self.widths).to(self.encoder.mlp.layers[0].weight.device)
+        for mine, theirs in zip(single.parameters(), self.parameters()):
+            mine.copy_(theirs[index : index + 1])
+        return single.requires_grad_(False)
+
     def logits(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """windows (P or 1, M, N, L * K), weights (P, M, N + 1) -> logits (P, M, N + 1)."""
         emb = self.encoder(windows)  # (P, M, N, D)
@@ -128,6 +140,17 @@ class Actor(nn.Module):
     def forward(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Target weights (P, M, N + 1) on the simplex."""
         return torch.softmax(self.logits(windows, weights), dim=-1)
+
+
+def build_actor(model: ModelConfig, window_size: int, *, popsize: int = 1) -> Actor:
+    """The actor a config's ``model`` section describes, over windows of ``window_size`` (lookback x features)."""
+    return Actor(
+        popsize,
+        window_size,
+        encoder_hidden=model.encoder_hidden,
+        embedding=model.embedding,
+        head_hidden=model.head_hidden,
+    )
 
 
 class Critic(nn.Module):

@@ -85,22 +85,6 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
 
 
 @torch.no_grad()
-def pick_agent(actor: Actor, index: int) -> Actor:
-    """Agent ``index`` of a population actor as a one-agent actor (a copy)."""
-    sizes = actor.encoder.mlp.layers
-    single = Actor(
-        1,
-        sizes[0].weight.shape[1],
-        encoder_hidden=sizes[0].weight.shape[2],
-        embedding=sizes[1].weight.shape[2],
-        head_hidden=actor.asset_head.layers[0].weight.shape[2],
-    ).to(sizes[0].weight.device)
-    for mine, theirs in zip(single.parameters(), actor.parameters()):
-        mine.copy_(theirs[index : index + 1])
-    return single.requires_grad_(False)
-
-
-@torch.no_grad()
 def run_range(
     market: Market,
     actors: dict[str, Actor],
@@ -184,11 +168,11 @@ def evaluate(market: Market, config: Config, champion: Actor) -> dict[str, Range
     # The untrained agent is chosen the way the champion is: by its validation score.
     scores = run_range(
         market,
-        {f"agent{i}": pick_agent(population, i) for i in range(population.popsize)},
+        {f"agent{i}": population.agent(i) for i in range(population.popsize)},
         market.splits.validation,
         name="validation",
         **settings,
     )
     best = max(range(population.popsize), key=lambda i: float(scores.traces[f"agent{i}"].log_returns.sum()))
-    actors = {"champion": champion.requires_grad_(False), "untrained": pick_agent(population, best)}
+    actors = {"champion": champion.requires_grad_(False), "untrained": population.agent(best)}
     return {name: run_range(market, actors, getattr(market.splits, name), name=name, **settings) for name in RANGES}

@@ -33,7 +33,7 @@ import torch
 from config import Config
 from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
 from environment.market import Market
-from models.networks import Actor
+from models.networks import build_actor
 from training.inspection import Located, locate
 from training.runs import load_market
 from training.trainer import market_fingerprint
@@ -72,10 +72,7 @@ def rebuild_market(config: Config, *, fingerprint: object, where: str) -> Market
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
     """The champion's parameters by ``Actor`` name, population dim squeezed: weights (in, out), biases (1, out)."""
-    model = config.model
-    template = Actor(
-        1, window_size, encoder_hidden=model.encoder_hidden, embedding=model.embedding, head_hidden=model.head_hidden
-    )
+    template = build_actor(config.model, window_size)
     shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in shapes])
     params = {}

@@ -35,7 +35,7 @@ import torch
 
 from config import Config
 from environment.market import Market
-from models.networks import Actor
+from models.networks import Actor, build_actor
 from training.evaluation import INDEX, RANGES, RangeResult, evaluate
 from training.export import ACTOR_FORMAT, rebuild_market
 from training.inspection import locate
@@ -84,14 +84,6 @@ class Champion:
     default_out: Path
 
 
-def _actor(config: Config, window_size: int) -> Actor:
-    model = config.model
-    actor = Actor(
-        1, window_size, encoder_hidden=model.encoder_hidden, embedding=model.embedding, head_hidden=model.head_hidden
-    )
-    return actor.requires_grad_(False)
-
-
 def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, squeezed: bool) -> None:
     own = dict(actor.named_parameters())
     if set(tensors) != set(own):
@@ -129,7 +121,7 @@ def _from_export(folder: Path, label: str) -> Champion:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
     except (OSError, safetensors.SafetensorError) as error:
         raise CheckpointError(f"{label}/actor.safetensors cannot be read: {error}") from None
-    actor = _actor(config, config.env.lookback * market.num_features)
+    actor = build_actor(config.model, config.env.lookback * market.num_features).requires_grad_(False)
     _load_params(actor, tensors, f"{label}/actor.safetensors", squeezed=True)
     source = {
         "kind": "export",
@@ -151,7 +143,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
         raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
     config = _config(state.get("config"), str(gen.path / "state.json"))
     market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
-    actor = _actor(config, config.env.lookback * market.num_features)
+    actor = build_actor(config.model, config.env.lookback * market.num_features).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
     _load_params(actor, {name: tensors[f"champion.{name}"] for name in names}, str(gen.path), squeezed=False)

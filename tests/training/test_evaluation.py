@@ -11,7 +11,7 @@ import torch
 from config import override, preset
 from environment.market import Market, Splits
 from models.networks import Actor
-from training.evaluation import evaluate, pick_agent, run_range, untrained_actor
+from training.evaluation import evaluate, run_range, untrained_actor
 from training.rollout import validate
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
@@ -154,7 +154,7 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     results = evaluate(market, config, zero_actor_for(window, config))
     expected = run_range(
         market,
-        {"untrained": pick_agent(population, best)},
+        {"untrained": population.agent(best)},
         market.splits.holdout,
         name="holdout",
         lookback=4,
