@@ -27,7 +27,6 @@ Non-``str`` dict keys are refused for the same reason: ``json`` would silently t
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import hashlib
 import json
@@ -36,7 +35,6 @@ import os
 import re
 import shutil
 import stat
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +51,6 @@ MANIFEST_NAME = "manifest.json"
 LATEST_NAME = "LATEST"
 TENSORS_SUFFIX = ".safetensors"
 DOCUMENT_SUFFIX = ".json"
-PAUSE_ENV = "ERL_CHECKPOINT_PAUSE"
 
 _GEN_DIR_RE = re.compile(r"gen-(\d{6,})")
 _STALE_RE = re.compile(r"\.(?:gen-\d{6,}|LATEST)\.(?:tmp|old)-(\d+)")
@@ -61,9 +58,6 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 _HASH_CHUNK = 1024 * 1024
-
-# The run directory and generation of the write in progress, for the test-only pause hook.
-_pause_run_dir: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.ContextVar("_pause_run_dir", default=None)
 
 
 @dataclass(frozen=True)
@@ -109,24 +103,6 @@ def parse_dirname(name: str) -> int | None:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Writing
-
-
-def _pause_point(name: str) -> None:
-    """Test-only crash hook, a no-op unless ``ERL_CHECKPOINT_PAUSE`` names this point.
-
-    ``write_generation`` calls it at "files-written", "manifest-written", "renamed" and "latest-written". When the
-    environment variable is ``<name>`` (any generation) or ``<name>@<generation>``, it creates
-    ``RUN_DIR/.paused-<name>`` and sleeps forever, so a test can SIGKILL the writer exactly there. Never set the
-    variable outside tests.
-    """
-    wanted, _, generation = os.environ.get(PAUSE_ENV, "").partition("@")
-    target = _pause_run_dir.get()
-    if wanted != name or (generation and (target is None or int(generation) != target[1])):
-        return
-    if target is not None:
-        (target[0] / f".paused-{name}").touch()
-    while True:
-        time.sleep(3600)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -282,40 +258,32 @@ def write_generation(
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    token = _pause_run_dir.set((run_dir, generation))
+    pid = os.getpid()
+    final_dir = run_dir / dirname
+    tmp_dir = run_dir / f".{dirname}.tmp-{pid}"
+    old_dir = run_dir / f".{dirname}.old-{pid}"
+    _remove_tree(tmp_dir)
+    tmp_dir.mkdir()
     try:
-        pid = os.getpid()
-        final_dir = run_dir / dirname
-        tmp_dir = run_dir / f".{dirname}.tmp-{pid}"
-        old_dir = run_dir / f".{dirname}.old-{pid}"
-        _remove_tree(tmp_dir)
-        tmp_dir.mkdir()
-        try:
-            for file_name, data in payloads.items():
-                _write_durably(tmp_dir / file_name, data)
-            _pause_point("files-written")
-            # Compact: the indented encoder is pure Python and leaves reference cycles behind on every call.
-            _write_durably(tmp_dir / MANIFEST_NAME, (json.dumps(manifest, separators=(",", ":")) + "\n").encode())
-            _fsync_dir(tmp_dir)
-            _pause_point("manifest-written")
-        except BaseException:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise
+        for file_name, data in payloads.items():
+            _write_durably(tmp_dir / file_name, data)
+        # Compact: the indented encoder is pure Python and leaves reference cycles behind on every call.
+        _write_durably(tmp_dir / MANIFEST_NAME, (json.dumps(manifest, separators=(",", ":")) + "\n").encode())
+        _fsync_dir(tmp_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
 
-        replaced = final_dir.exists() or final_dir.is_symlink()
-        if replaced:
-            _remove_tree(old_dir)
-            final_dir.rename(old_dir)
-        tmp_dir.rename(final_dir)
-        _fsync_dir(run_dir)
-        if replaced:
-            _remove_tree(old_dir)
-        _pause_point("renamed")
+    replaced = final_dir.exists() or final_dir.is_symlink()
+    if replaced:
+        _remove_tree(old_dir)
+        final_dir.rename(old_dir)
+    tmp_dir.rename(final_dir)
+    _fsync_dir(run_dir)
+    if replaced:
+        _remove_tree(old_dir)
 
-        write_latest(run_dir, generation)
-        _pause_point("latest-written")
-    finally:
-        _pause_run_dir.reset(token)
+    write_latest(run_dir, generation)
     return final_dir
 
 

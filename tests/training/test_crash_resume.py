@@ -1,7 +1,6 @@
 """A run killed at any moment resumes from its last complete generation and ends where an
 uninterrupted run ends, bit for bit; SIGTERM and SIGINT stop it cleanly at a safe point."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,11 +17,12 @@ GENERATIONS = 4
 TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress"]
 
 
-def start(root: Path, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
+def start(root: Path, name: str, *extra: str, pause: str | None = None) -> subprocess.Popen:
+    """``main.py`` in a child process; with ``pause``, through ``tests/pause_points.py`` (see there)."""
+    script = [str(REPO / "tests" / "pause_points.py"), pause] if pause else [str(REPO / "main.py")]
     return subprocess.Popen(
-        [sys.executable, str(REPO / "main.py"), *TRAIN, "--checkpoint-uri", str(root), "--run-name", name, *extra],
+        [sys.executable, *script, *TRAIN, "--checkpoint-uri", str(root), "--run-name", name, *extra],
         cwd=root.parent,
-        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -89,7 +89,7 @@ def assert_same_end(run_dir: Path, reference: Path) -> None:
 )
 def test_sigkill_while_writing_a_checkpoint(tmp_path, reference, pause, complete_after_kill):
     root = tmp_path / "runs"
-    process = start(root, "r", "--generations", str(GENERATIONS), env={checkpoint.PAUSE_ENV: pause})
+    process = start(root, "r", "--generations", str(GENERATIONS), pause=pause)
     marker = root / "r" / f".paused-{pause.split('@')[0]}"
     wait_for(marker.exists)
     process.kill()

@@ -177,11 +177,10 @@ def test_failure_while_writing_leaves_no_trace(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"not a torch\.Tensor"):
         write_generation(tmp_path, 2, tensors={"actor": {"w": [1.0]}}, documents={})
 
-    def crash(name):
-        if name == "manifest-written":
-            raise KeyboardInterrupt
+    def crash(path):
+        raise KeyboardInterrupt  # as Ctrl-C after the manifest is written, before the folder is renamed
 
-    monkeypatch.setattr(checkpoint, "_pause_point", crash)
+    monkeypatch.setattr(checkpoint, "_fsync_dir", crash)
     with pytest.raises(KeyboardInterrupt):
         _write(tmp_path, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "gen-000001"]
@@ -448,7 +447,9 @@ _CRASH_CHILD = """
 import sys
 from pathlib import Path
 import torch
+from tests.pause_points import install
 from utils.checkpoint import write_generation
+install(sys.argv[2])
 write_generation(Path(sys.argv[1]), 2, tensors={"actor": {"w": torch.ones(3)}}, documents={"state": {"seed": 2}})
 """
 
@@ -460,8 +461,10 @@ def test_sigkill_mid_write_leaves_the_earlier_generation_loadable(tmp_path):
     for point in points:
         run_dir = tmp_path / point
         _write(run_dir, 1, seed=1)
-        env = {**os.environ, "ERL_CHECKPOINT_PAUSE": point, "PYTHONPATH": str(REPO_ROOT)}
-        children[point] = subprocess.Popen([sys.executable, "-c", _CRASH_CHILD, str(run_dir)], env=env, cwd=REPO_ROOT)
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        children[point] = subprocess.Popen(
+            [sys.executable, "-c", _CRASH_CHILD, str(run_dir), point], env=env, cwd=REPO_ROOT
+        )
     try:
         deadline = time.monotonic() + 60
         for point, child in children.items():
