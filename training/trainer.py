@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from environment.vector_env import VectorPortfolioEnv, episode_starts
 from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
-from training.evolution import evolve_, plan_generation
+from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness
 from training.rollout import collect, validate
 from training.selection import choose_champion, edge_bounds, selection_z
@@ -79,6 +79,19 @@ MEASURED_KEYS = frozenset(
     }
 )
 """Metrics that measure the machine, not the run: they differ between identical runs."""
+
+
+class Scores(NamedTuple):
+    """A generation's figures on the host, after its one synchronisation."""
+
+    fitness: torch.Tensor
+    """(P,) training fitness."""
+    edges: torch.Tensor
+    """(P + 1,) edge bounds over equal weight of the agents and the champion (``training.selection``)."""
+    totals: torch.Tensor
+    """(P + 2,) validation log returns of the agents, the champion and equal weight."""
+    z: float
+    """The selection quantile these edges were measured with."""
 
 
 class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
@@ -260,62 +273,74 @@ class Trainer:
                 on_generation(row)
 
     def run_generation(self) -> dict[str, Any]:
-        cfg = self.config
-        popsize = cfg.evolution.popsize
+        """One generation: evaluate, validate and crown, evolve, update, record (each phase a method below)."""
         self._timer.start()
-        seed_device_streams(self.generators, cfg.runtime.seed, generation=self.generation + 1)
+        seed_device_streams(self.generators, self.config.runtime.seed, generation=self.generation + 1)
+        fitness_per_agent = self._evaluate()
+        self._check_stop()
+        scores = self._validate_and_crown(fitness_per_agent)
+        plan = self._evolve(scores.fitness)
+        updates, losses = self._update()
+        self.generation += 1
+        return self._record(scores, plan, updates, losses)
 
-        # 1) evaluate: all agents x E windows in lockstep; transitions into the ring
+    def _evaluate(self) -> torch.Tensor:
+        """Phase 1: all agents x E training windows in lockstep, transitions into the ring; (P,) fitness on the
+        device."""
+        evolution = self.config.evolution
         rewards = self.collect_episodes(self._sample_train_starts())
         returns_per_episode = episode_returns(rewards)  # (P, E)
         fitness_per_agent = fitness(
-            returns_per_episode[:, self.fitness_episodes], kind=cfg.evolution.fitness, worst_k=cfg.evolution.worst_k
+            returns_per_episode[:, self.fitness_episodes], kind=evolution.fitness, worst_k=evolution.worst_k
         )
         self._timer.mark("evaluate_s")
-        self._check_stop()
+        return fitness_per_agent
 
-        # 2) validate: agents, champion and equal weight on the same days; crown only a proven edge
+    def _validate_and_crown(self, fitness_per_agent: torch.Tensor) -> Scores:
+        """Phase 2: agents, champion and equal weight on the same validation days; crown only a proven edge.
+        The generation's one host synchronisation brings back everything the decisions and the log need."""
+        popsize = self.config.evolution.popsize
         daily = validate(self.population, self.validation_env, self.validation_starts)  # (P + 2, D)
-        z = selection_z(popsize, self.generation + 1, cfg.selection.alpha)
+        z = selection_z(popsize, self.generation + 1, self.config.selection.alpha)
         edges = edge_bounds(daily[: popsize + 1], daily[popsize + 1], z=z)  # (P + 1,)
-        totals = daily.sum(dim=1)  # (P + 2,)
+        scores = Scores(fitness_per_agent.cpu(), edges.cpu(), daily.sum(dim=1).cpu(), z)
         self._timer.mark("validate_s")
 
-        # One host synchronisation: everything the decisions and the log need from the device.
-        fitness_host = fitness_per_agent.cpu()
-        edges_host, totals_host = edges.cpu(), totals.cpu()
-        validation_host = totals_host[:popsize]
-        best = int(validation_host.argmax())
-        crowned = choose_champion(edges_host[:popsize], float(edges_host[popsize]))
+        crowned = choose_champion(scores.edges[:popsize], float(scores.edges[popsize]))
         if crowned is not None:
             self.population.crown(crowned)
             self.champion_generation = self.generation + 1
-            self.champion_score = float(totals_host[crowned])
-            self.champion_edge = float(edges_host[crowned])
-        else:
-            self.champion_score = float(totals_host[popsize])
-            self.champion_edge = float(edges_host[popsize])
+        slot = popsize if crowned is None else crowned  # the champion's slot, crowned now or before
+        self.champion_score = float(scores.totals[slot])
+        self.champion_edge = float(scores.edges[slot])
+        return scores
 
-        # 3) evolve: select on the fitness of exactly these parameters, in place
+    def _evolve(self, fitness_host: torch.Tensor) -> EvolutionPlan:
+        """Phase 3: select on the fitness of exactly these parameters; the plan is made on the host, applied in
+        place on the device."""
+        evolution = self.config.evolution
         plan = plan_generation(
             fitness_host,
-            elites=cfg.evolution.elites,
-            tournament_size=cfg.evolution.tournament_size,
-            crossover_prob=cfg.evolution.crossover_prob,
-            mutation_prob=cfg.evolution.mutation_prob,
+            elites=evolution.elites,
+            tournament_size=evolution.tournament_size,
+            crossover_prob=evolution.crossover_prob,
+            mutation_prob=evolution.mutation_prob,
             generator=self.generators["evolution"],
         )
         evolve_(
             self.population,
             plan,
-            mutation_fraction=cfg.evolution.mutation_fraction,
-            mutation_stdev=cfg.evolution.mutation_stdev,
+            mutation_fraction=evolution.mutation_fraction,
+            mutation_stdev=evolution.mutation_stdev,
             generator=self.generators["mutation"],
         )
         self._timer.mark("evolve_s")
+        return plan
 
-        # 4) DDPG updates: all agents in one batched update per step
-        updates = cfg.ddpg.updates_per_generation if len(self.buffer) >= cfg.ddpg.learning_starts else 0
+    def _update(self) -> tuple[int, torch.Tensor]:
+        """Phase 4: DDPG updates, all agents in one batched update per step; (updates, (2, P) mean losses)."""
+        ddpg = self.config.ddpg
+        updates = ddpg.updates_per_generation if len(self.buffer) >= ddpg.learning_starts else 0
         self._critic_loss_sum.zero_()
         self._actor_loss_sum.zero_()
         for _ in range(updates):
@@ -325,27 +350,31 @@ class Trainer:
             self._actor_loss_sum += losses.actor
         losses_host = torch.stack([self._critic_loss_sum, self._actor_loss_sum]).cpu() / max(updates, 1)
         self._timer.mark("update_s")
+        return updates, losses_host
 
-        # 5) record: metrics row, console line, checkpoint
-        self.generation += 1
+    def _record(self, scores: Scores, plan: EvolutionPlan, updates: int, losses: torch.Tensor) -> dict[str, Any]:
+        """Phase 5: the metrics row, the checkpoint, then the row in metrics.jsonl and the console line."""
+        cfg = self.config
+        popsize = cfg.evolution.popsize
+        validation = scores.totals[:popsize]
         env_steps = popsize * cfg.evaluation.episodes * cfg.env.episode_days
         durations = self._timer.durations()
         row: dict[str, Any] = {
             "generation": self.generation,
-            "best_fitness": float(fitness_host.max()),
-            "mean_fitness": float(fitness_host.mean()),
-            "worst_fitness": float(fitness_host.min()),
-            "validation_best": float(validation_host[best]),
-            "validation_mean": float(validation_host.mean()),
-            "validation_equal_weight": float(totals_host[popsize + 1]),
-            "edge_best": float(edges_host[:popsize].max()),
-            "selection_z": z,
+            "best_fitness": float(scores.fitness.max()),
+            "mean_fitness": float(scores.fitness.mean()),
+            "worst_fitness": float(scores.fitness.min()),
+            "validation_best": float(validation.max()),
+            "validation_mean": float(validation.mean()),
+            "validation_equal_weight": float(scores.totals[popsize + 1]),
+            "edge_best": float(scores.edges[:popsize].max()),
+            "selection_z": scores.z,
             "champion_score": self.champion_score,
             "champion_edge": self.champion_edge,
             "champion_generation": self.champion_generation,
             "elites": [int(i) for i in torch.nonzero(plan.elite).flatten()],
-            "critic_loss": float(losses_host[0].mean()),
-            "actor_loss": float(losses_host[1].mean()),
+            "critic_loss": float(losses[0].mean()),
+            "actor_loss": float(losses[1].mean()),
             "updates": updates,
             "buffer_size": len(self.buffer),
             "env_steps": env_steps,
