@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import re
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -58,7 +57,6 @@ PARAMETER_PREFIXES: tuple[str, ...] = ("actor.", "critic.", "actor_target.", "cr
 HISTORY_ROWS = 20
 """Most rows of the human history table; longer histories are elided in the middle."""
 
-_GEN_DIR_RE = re.compile(r"gen-(\d{6,})")
 _LABEL = 12  # width of the human report's left column
 
 
@@ -108,15 +106,8 @@ def resolve_target(target: str | Path) -> Path:
     return path
 
 
-def _generation_of(name: str) -> int | None:
-    match = _GEN_DIR_RE.fullmatch(name)
-    if match is None or checkpoint.generation_dirname(int(match.group(1))) != name:
-        return None
-    return int(match.group(1))
-
-
 def _is_generation_folder(path: Path) -> bool:
-    return _generation_of(path.name) is not None or (path / checkpoint.MANIFEST_NAME).exists()
+    return checkpoint.parse_dirname(path.name) is not None or (path / checkpoint.MANIFEST_NAME).exists()
 
 
 def _run_of(gen_dir: Path) -> Path | None:
@@ -145,7 +136,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
         gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=LEFT_IN_BUCKET)
         located = locate(gen_dir)
         problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
-        is_run = _GEN_DIR_RE.fullmatch(str(target).rstrip("/").rsplit("/", 1)[-1]) is None
+        is_run = checkpoint.parse_dirname(str(target).rstrip("/").rsplit("/", 1)[-1]) is None
         intact = [located.gen.generation] if not any(problems.values()) else []
         return dataclasses.replace(
             located, file_problems=problems, in_bucket=in_bucket, is_run=is_run, complete_generations=intact
@@ -157,10 +148,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
         intact = all(problem is None for problem in problems.values())
         return Located(gen, _run_of(path), problems, [gen.generation] if intact else [], [], is_run=False)
 
-    folders = sorted(
-        ((g, entry) for entry in path.iterdir() if entry.is_dir() and (g := _generation_of(entry.name)) is not None),
-        reverse=True,
-    )
+    folders = checkpoint.generation_folders(path)
     if not folders and not (path / "config.json").is_file():
         raise CheckpointError(
             f"{path} is neither a run folder (config.json, gen-NNNNNN folders) nor a generation folder (manifest.json)"

@@ -196,7 +196,7 @@ def _has_checkpoint(run_dir: Path) -> bool:
     """A complete generation, or a generation folder with a manifest (a damaged one is reported by --resume)."""
     if checkpoint.complete_generations(run_dir):
         return True
-    return any((folder / checkpoint.MANIFEST_NAME).exists() for folder in run_dir.glob("gen-*"))
+    return any((folder / checkpoint.MANIFEST_NAME).exists() for _, folder in checkpoint.generation_folders(run_dir))
 
 
 def _read_config_file(path: Path, where: str) -> Config:
@@ -338,8 +338,7 @@ def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:
             raise CheckpointError(f"--resume-from {wanted}: {run_dir} has no complete generation {wanted}")
         return wanted
     latest = checkpoint.latest_generation(run_dir)
-    for folder in sorted(run_dir.glob("gen-*"), reverse=True):
-        generation = int(folder.name[4:]) if folder.name[4:].isdigit() else -1
+    for generation, folder in checkpoint.generation_folders(run_dir):
         if latest is not None and generation <= latest:
             break
         if generation not in complete and (folder / checkpoint.MANIFEST_NAME).exists():
@@ -355,11 +354,7 @@ def _offering_earlier(run_dir: Path, generation: int) -> Iterator[None]:
     try:
         yield
     except CheckpointError as error:
-        offer = "; no earlier generation is intact"
-        for earlier in reversed(checkpoint.complete_generations(run_dir)):
-            if earlier < generation and not checkpoint.verify_generation(
-                run_dir / checkpoint.generation_dirname(earlier)
-            ):
-                offer = f"; generation {earlier} is intact: add --resume-from {earlier}"
-                break
-        raise CheckpointError(f"{error}{offer}") from None
+        earlier = checkpoint.newest_intact(run_dir, before=generation)
+        offer = "no earlier generation is intact" if earlier is None else f"generation {earlier} is intact"
+        offer += f": add --resume-from {earlier}" if earlier is not None else ""
+        raise CheckpointError(f"{error}; {offer}") from None

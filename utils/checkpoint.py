@@ -388,20 +388,23 @@ def complete_generations(run_dir: Path) -> list[int]:
     Complete means: a canonical ``gen-NNNNNN`` folder whose manifest parses, has this format version and the
     folder's generation, and names only files that exist with the recorded sizes. Hashes are not checked here.
     """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
     found = []
-    for entry in run_dir.iterdir():
-        generation = parse_dirname(entry.name)
-        if generation is None or not entry.is_dir():
-            continue
+    for generation, folder in generation_folders(run_dir):
         try:
-            _load_complete_manifest(entry)
+            _load_complete_manifest(folder)
         except CheckpointError:
             continue
         found.append(generation)
-    return sorted(found)
+    return found[::-1]
+
+
+def generation_folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """Every canonical ``gen-NNNNNN`` folder of ``run_dir``, complete or not, newest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = ((parse_dirname(entry.name), entry) for entry in run_dir.iterdir() if entry.is_dir())
+    return sorted(((g, entry) for g, entry in found if g is not None), reverse=True)
 
 
 def _latest_pointer(run_dir: Path) -> int | None:
@@ -411,6 +414,16 @@ def _latest_pointer(run_dir: Path) -> int | None:
     except (OSError, UnicodeDecodeError):
         return None
     return parse_dirname(text.strip())
+
+
+def newest_intact(run_dir: Path, *, before: int | None = None) -> int | None:
+    """The newest complete generation (older than ``before``, if given) whose every file matches its hash."""
+    for generation in reversed(complete_generations(run_dir)):
+        if (before is None or generation < before) and not verify_generation(
+            Path(run_dir) / generation_dirname(generation)
+        ):
+            return generation
+    return None
 
 
 def latest_generation(run_dir: Path) -> int | None:

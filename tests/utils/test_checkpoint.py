@@ -21,7 +21,9 @@ from utils.checkpoint import (
     FORMAT_VERSION,
     complete_generations,
     generation_dirname,
+    generation_folders,
     latest_generation,
+    newest_intact,
     open_generation,
     prune_generations,
     read_document,
@@ -427,6 +429,24 @@ def test_prune_never_deletes_the_only_complete_generation_even_if_latest_is_brok
     assert prune_generations(tmp_path, keep_last=0) == []
     assert complete_generations(tmp_path) == [1]
     assert gen2.exists()  # incomplete folders are left for inspection
+
+
+def test_generation_folders_and_the_newest_intact_one(tmp_path):
+    for generation in (1, 2, 3, 4):
+        _write(tmp_path, generation, seed=generation)
+    for name in ("gen-5", "gen-0000007", ".gen-000006.tmp-1", "gen-00000x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "gen-000008").write_text("a file, not a folder")
+    (tmp_path / "gen-000009").mkdir()  # no manifest: a folder, not a complete generation
+    assert [g for g, _ in generation_folders(tmp_path)] == [9, 4, 3, 2, 1]
+    assert complete_generations(tmp_path) == [1, 2, 3, 4]
+
+    (tmp_path / "gen-000004" / "actor.safetensors").write_bytes(b"truncated")  # no longer complete
+    (tmp_path / "gen-000003" / "state.json").write_text('{"generation": 3, "seed": 9}')  # same size, other bytes
+    assert newest_intact(tmp_path) == 2
+    assert newest_intact(tmp_path, before=2) == 1
+    assert newest_intact(tmp_path, before=1) is None
+    assert generation_folders(tmp_path / "missing") == []
 
 
 def test_prune_removes_stale_temporary_folders_only(tmp_path):
