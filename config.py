@@ -60,9 +60,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class EnvConfig:
     lookback: int = 1
-    """Days of features in one observation window (L). One day by default: the features already summarise
-    1 to 26 days of prices, and a longer window is a fingerprint of its day that lets the actor memorise the
-    training days (RESULTS.md: the lookback ablation)."""
+    """Days of features in one observation window (L); 1: longer windows let the actor memorise days (RESULTS.md)."""
     episode_days: int = 63
     """Steps (trading days) in one episode window; its end is a truncation, not a termination."""
     cost_rate: float = 0.0005
@@ -114,6 +112,8 @@ class DDPGConfig:
     """Per-agent gradient-norm clip for actor and critic; 0 disables clipping."""
     actor_objective: ActorObjective = "model"
     """model: the exact next-day reward of the action on the recorded prices + gamma * critic; critic: -Q(s, a)."""
+    observation_noise: float = 0.0
+    """Stdev of Gaussian noise on the normalised features of replayed observations (against memorising); 0: off."""
 
     def __post_init__(self) -> None:
         _require(0.0 <= self.gamma <= 1.0, "ddpg.gamma", "must be in [0, 1]")
@@ -129,6 +129,7 @@ class DDPGConfig:
             "must be in [0, exploration_max]",
         )
         _require(self.max_grad_norm >= 0, "ddpg.max_grad_norm", "must be >= 0")
+        _require(self.observation_noise >= 0, "ddpg.observation_noise", "must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ weight (daily) and the rule that knows the planted signal. Printed per run, and 
 * ``of_rule``: the champion's log return as a fraction of the rule's (the planted-signal target is >= 0.8);
 * ``turnover_ratio``: the champion's turnover over equal weight's (the no-signal target is <= 2);
 * ``return_gap``: champion minus equal weight, total return in points (the no-signal target is within 2);
-* ``crowned``: the generation the champion was crowned in, 0 when no agent proved an edge (equal weight).
+* ``crowned``: the generation the champion was crowned in, 0 when no agent proved an edge (equal weight);
+* ``rule_edge``: the selection test's bound for the rule itself on the validation days, at the run's last ``z``
+  (%/year): when it is near or below 0, even a perfect learner could not be crowned on that much validation.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from environment.kernel import cash_weights, portfolio_step
 from environment.synthetic import KINDS, make_market
 from training.backtest import train_to_end
 from training.evaluation import evaluate
+from training.selection import edge_bounds, selection_z
 
 
 def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: float) -> np.ndarray:
@@ -100,6 +103,11 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     log_return = {s: float(t.log_returns.sum()) for s, t in holdout.traces.items()}
     rule = rule_log_returns(market, synthetic.rule_weights, market.splits.holdout, config.env.cost_rate)
     champion, equal = holdout.metrics["champion"], holdout.metrics["equal_weight"]
+    # Could the selection test have crowned the rule itself? Its bound on the validation days, at the last z.
+    rule_validation = rule_log_returns(market, synthetic.rule_weights, market.splits.validation, config.env.cost_rate)
+    equal_validation = np.asarray(results["validation"].traces["equal_weight"].log_returns, dtype=np.float64)
+    z = selection_z(config.evolution.popsize, trainer.generation, config.selection.alpha)
+    rule_edge = edge_bounds(torch.as_tensor(rule_validation), torch.as_tensor(equal_validation), z=z)
     return {
         "kind": kind,
         "seed": seed,
@@ -114,6 +122,7 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
         "sharpe_equal_weight": equal.sharpe,
         "crowned": trainer.champion_generation,
         "edge": trainer.champion_edge,
+        "rule_edge": float(rule_edge),
         "train_s": seconds,
     }
 
@@ -132,7 +141,7 @@ def main() -> None:
     log = (lambda line: None) if args.quiet else print
     rows = []
     header = f"{'market':<12}{'seed':>5}{'champion':>10}{'equal w.':>10}{'rule':>10}{'of rule':>9}"
-    header += f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'train s':>9}"
+    header += f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'rule edge':>11}{'train s':>9}"
     for kind in args.kinds.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             row = run_one(kind, seed, base, Path(args.out), log)
@@ -142,6 +151,7 @@ def main() -> None:
             print(
                 f"{kind:<12}{seed:>5}{row['champion']:>+10.3f}{row['equal_weight']:>+10.3f}{row['rule']:>+10.3f}"
                 f"{of_rule:>9}{row['turnover_ratio']:>12.2f}{row['return_gap']:>+9.2f}{row['crowned']:>9}"
+                f"{row['rule_edge'] * 100:>+10.1f}%"
                 f"{row['train_s']:>9.0f}",
                 flush=True,
             )

@@ -71,6 +71,7 @@ def test_override_converts_strings_to_the_field_types():
         ("runtime.progress", "maybe", "expects bool"),
         ("evolution.fitness", "best", "one of mean_log_return|sharpe|worst_k"),
         ("ddpg.tau", "0", "ddpg.tau"),
+        ("ddpg.observation_noise", "-0.5", "ddpg.observation_noise"),
         ("evolution.elites", "16", "evolution.elites"),
         ("data.start", "2020-13-01", "data.start"),
     ],

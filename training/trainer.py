@@ -411,6 +411,10 @@ class Trainer:
         """Step 4's unit: one batch per agent from the ring, one batched DDPG update of all agents."""
         ddpg = self.config.ddpg
         batch = self.buffer.sample(self.generators["replay"])
+        if ddpg.observation_noise > 0:  # in place: the windows are the ring's own gather buffers
+            for windows in (batch.windows, batch.next_windows):
+                noise = torch.randn(windows.shape, generator=self.generators["replay"], device=windows.device)
+                windows.add_(noise, alpha=ddpg.observation_noise)
         return ddpg_update(
             self.population,
             batch,
