@@ -22,6 +22,7 @@ from utils.errors import ConfigError
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 ActorObjective = Literal["model", "critic"]
+ChooseBy = Literal["return", "bound"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ class EvaluationConfig:
 class SelectionConfig:
     alpha: float = 0.05
     """Chance, at most, that a run ever crowns an agent with no edge over equal weight (training/selection.py)."""
+    choose_by: ChooseBy = "bound"
+    """Which of the agents with a proven edge is crowned: the highest validation return, or the highest bound."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.alpha < 1.0, "selection.alpha", "must be in (0, 1)")

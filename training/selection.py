@@ -14,8 +14,12 @@ therefore asks each candidate for evidence, not for the highest score:
   true edge ever shows a positive bound is at most ``alpha`` (Bonferroni, which holds whatever the
   correlation between candidates), and the rule depends on nothing but the generation number: a run extended
   on resume selects exactly as one planned that long.
-* Equal weight itself has an edge of exactly 0 and is the champion until a candidate's edge is positive and
-  above the current champion's (both measured on the same days with the same z).
+* Equal weight itself has an edge of exactly 0 and is the champion until a candidate's edge is positive. Among
+  the candidates with a positive edge (proven ones), ``selection.choose_by`` picks: ``return``, the highest
+  validation return, crowned if above the current champion's on the same days (the test says whether there is
+  an edge, the return which proven agent earns most); or ``bound``, the highest bound, crowned if above the
+  champion's at the same z (this prefers small, steady tilts: a concentrated agent that earns more has a
+  noisier excess and a lower bound).
 
 The price of honesty is power: with D validation days, an edge shows only when the candidate's annualised
 information ratio over equal weight is above about ``z / sqrt(D / 252)``: z = 2.95 in generation 1 and 4.3 in
@@ -29,6 +33,8 @@ import math
 from statistics import NormalDist
 
 import torch
+
+from config import ChooseBy
 
 TRADING_DAYS = 252
 
@@ -57,13 +63,27 @@ def edge_bounds(daily: torch.Tensor, baseline: torch.Tensor, *, z: float) -> tor
     return (excess.mean(dim=-1) - z * spread / math.sqrt(days)) * TRADING_DAYS
 
 
-def choose_champion(agent_edges: torch.Tensor, champion_edge: float) -> int | None:
-    """The agent slot to crown, or None: the best agent if its edge is positive and above the champion's.
+def choose_champion(
+    agent_edges: torch.Tensor,
+    champion_edge: float,
+    agent_returns: torch.Tensor,
+    champion_return: float,
+    *,
+    by: ChooseBy = "bound",
+) -> int | None:
+    """The agent slot to crown, or None. Only an agent with a positive edge (a proven one) may be crowned; among
+    those, ``by="bound"`` takes the highest edge if above the champion's, ``by="return"`` the highest validation
+    return if above the champion's.
 
     Args:
         agent_edges: (P,) on the host, from ``edge_bounds``.
         champion_edge: the current champion's bound on the same days (0 for equal weight).
+        agent_returns: (P,) validation log returns on the same days.
+        champion_return: the current champion's.
     """
-    best = int(agent_edges.argmax())
-    edge = float(agent_edges[best])
-    return best if edge > 0.0 and edge > champion_edge else None
+    proven = agent_edges > 0.0
+    if not bool(proven.any()):
+        return None
+    key, champion = (agent_edges, champion_edge) if by == "bound" else (agent_returns, champion_return)
+    best = int(torch.where(proven, key, -torch.inf).argmax())
+    return best if float(key[best]) > champion else None

@@ -306,7 +306,13 @@ class Trainer:
         scores = Scores(fitness_per_agent.cpu(), edges.cpu(), daily.sum(dim=1).cpu(), z)
         self._timer.mark("validate_s")
 
-        crowned = choose_champion(scores.edges[:popsize], float(scores.edges[popsize]))
+        crowned = choose_champion(
+            scores.edges[:popsize],
+            float(scores.edges[popsize]),
+            scores.totals[:popsize],
+            float(scores.totals[popsize]),
+            by=self.config.selection.choose_by,
+        )
         if crowned is not None:
             self.population.crown(crowned)
             self.champion_generation = self.generation + 1

@@ -17,6 +17,6 @@ def smoke_run(tmp_path_factory) -> Path:
     # Three smoke generations rarely prove an edge, and the readers under test need a crowned agent, not
     # the equal-weight champion: crown the best agent on validation in every generation.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: int(edges.argmax()))
+        patch.setattr("training.trainer.choose_champion", lambda edges, *_, **__: int(edges.argmax()))
         assert main.main(argv) == 0
     return root / "r"

@@ -197,7 +197,7 @@ def test_damaged_checkpoints_are_refused(capsys, smoke_run, tmp_path):
 
 def test_an_equal_weight_champion_exports_an_actor_that_holds_equal_weight(capsys, monkeypatch, tmp_path):
     """A run whose agents never proved an edge keeps the equal-weight champion; that is what it exports."""
-    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, *_, **__: None)
     argv = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "ew", "--no-progress"]
     assert main.main([*argv, "--generations", "1"]) == 0
     status, out, _ = export_cli(capsys, tmp_path / "ew", tmp_path / "out")

@@ -373,7 +373,7 @@ def test_a_state_document_of_the_wrong_types_is_damage_not_a_traceback(smoke_run
 
 
 def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, *_, **__: None)
     argv = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "ew", "--generations", "1"]
     assert main.main([*argv, "--no-progress"]) == 0
     capsys.readouterr()

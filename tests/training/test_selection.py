@@ -64,13 +64,23 @@ def test_the_family_wide_false_positive_rate_is_at_most_alpha():
         for generation in range(1, generations + 1):
             daily = baseline + torch.randn(popsize, days, generator=g) * 0.004
             edges = edge_bounds(daily, baseline, z=selection_z(popsize, generation, alpha))
-            crowned |= choose_champion(edges, 0.0) is not None
+            crowned |= choose_champion(edges, 0.0, daily.sum(dim=1), float(baseline.sum()), by="return") is not None
         false_crowns += crowned
     assert false_crowns / runs <= alpha
 
 
-def test_choose_champion_needs_a_positive_edge_above_the_champions():
-    assert choose_champion(torch.tensor([-0.1, -0.02]), 0.0) is None
-    assert choose_champion(torch.tensor([-0.1, 0.03, 0.01]), 0.0) == 1
-    assert choose_champion(torch.tensor([0.03, 0.01]), 0.05) is None
-    assert choose_champion(torch.tensor([0.03, 0.07]), 0.05) == 1
+def test_choose_champion_crowns_only_a_proven_agent_and_then_by_bound_or_return():
+    returns = torch.tensor([0.9, 0.5, 0.2])
+
+    def choose(edges, champion_edge=0.0, champion_return=0.1, by="bound"):
+        return choose_champion(torch.tensor(edges), champion_edge, returns, champion_return, by=by)
+
+    for by in ("bound", "return"):
+        assert choose([-0.1, -0.02, 0.0], by=by) is None  # no proven edge: the highest return does not count
+    # agent 0 earns most but is not proven; of the proven ones, 1 earns more and 2 has the higher bound
+    assert choose([-0.1, 0.03, 0.05], by="bound") == 2
+    assert choose([-0.1, 0.03, 0.05], by="return") == 1
+    # the champion is replaced only by a better one on the rule's own measure
+    assert choose([-0.1, 0.03, 0.05], champion_edge=0.06, by="bound") is None
+    assert choose([-0.1, 0.03, 0.05], champion_edge=0.06, champion_return=0.4, by="return") == 1
+    assert choose([-0.1, 0.03, 0.05], champion_edge=0.01, champion_return=0.6, by="return") is None

@@ -170,7 +170,7 @@ def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, mon
 def test_retention_keeps_the_last_generations_and_the_champions(tmp_path, monkeypatch):
     calls = []
 
-    def crown_in_generation_two(edges, champion_edge):
+    def crown_in_generation_two(edges, *_, **__):
         calls.append(1)
         return 0 if len(calls) == 2 else None
 
@@ -186,7 +186,7 @@ def test_retention_keeps_the_last_generations_and_the_champions(tmp_path, monkey
 
 
 def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, monkeypatch):
-    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, champion_edge: None)
+    monkeypatch.setattr("training.trainer.choose_champion", lambda edges, *_, **__: None)
     config = override(
         preset("smoke"), {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 3}
     )
