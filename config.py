@@ -23,6 +23,7 @@ FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 ActorObjective = Literal["model", "critic"]
 ChooseBy = Literal["return", "bound"]
+MatmulPrecision = Literal["highest", "high"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class ModelConfig:
     """Size of the per-asset embedding the encoder produces."""
     head_hidden: int = 64
     """Width of the actor and critic heads on top of the embeddings."""
+    bf16_encoder: bool = False
+    """Run the per-asset encoders under bfloat16 autocast (faster on tensor cores; not bit-exact with float32)."""
 
     def __post_init__(self) -> None:
         for key in ("encoder_hidden", "embedding", "head_hidden"):
@@ -227,6 +230,8 @@ class RuntimeConfig:
     """Generations to train; with --resume, the total the run should reach."""
     progress: bool = True
     """Show a progress bar over generations."""
+    matmul_precision: MatmulPrecision = "highest"
+    """torch.set_float32_matmul_precision: high lets CUDA tensor cores use TF32 (faster, fewer mantissa bits)."""
 
     def __post_init__(self) -> None:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")

@@ -82,26 +82,41 @@ class BatchedMLP(nn.Module):
 class AssetEncoder(nn.Module):
     """(P or 1, M, N, L * K) windows -> (P, M, N, embedding): one MLP applied to every asset."""
 
-    def __init__(self, popsize: int, window_size: int, hidden: int, embedding: int) -> None:
+    def __init__(self, popsize: int, window_size: int, hidden: int, embedding: int, *, bf16: bool = False) -> None:
         super().__init__()
         self.mlp = BatchedMLP(popsize, [window_size, hidden, embedding], final_activation=True)
+        self.bf16 = bf16
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         self.mlp.reset_parameters(generator)
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        return self.mlp(windows)
+        if not self.bf16:
+            return self.mlp(windows)
+        with torch.autocast(windows.device.type, dtype=torch.bfloat16):
+            return self.mlp(windows).float()  # the heads and everything after stay in float32
 
 
 class Actor(nn.Module):
     """Deterministic policy of P agents: observation -> logits over N + 1 slots (cash first)."""
 
-    def __init__(self, popsize: int, window_size: int, *, encoder_hidden: int, embedding: int, head_hidden: int):
+    def __init__(
+        self,
+        popsize: int,
+        window_size: int,
+        *,
+        encoder_hidden: int,
+        embedding: int,
+        head_hidden: int,
+        bf16_encoder: bool = False,
+    ):
         super().__init__()
         self.popsize = popsize
         self.window_size = window_size
-        self.widths = dict(encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden)
-        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding)
+        self.widths = dict(
+            encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden, bf16_encoder=bf16_encoder
+        )
+        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding, bf16=bf16_encoder)
         self.asset_head = BatchedMLP(popsize, [2 * embedding + 1, head_hidden, 1])
         self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
 
@@ -150,16 +165,26 @@ def build_actor(model: ModelConfig, window_size: int, *, popsize: int = 1) -> Ac
         encoder_hidden=model.encoder_hidden,
         embedding=model.embedding,
         head_hidden=model.head_hidden,
+        bf16_encoder=model.bf16_encoder,
     )
 
 
 class Critic(nn.Module):
     """Q-functions of P agents: (observation, action) -> Q (P, M)."""
 
-    def __init__(self, popsize: int, window_size: int, *, encoder_hidden: int, embedding: int, head_hidden: int):
+    def __init__(
+        self,
+        popsize: int,
+        window_size: int,
+        *,
+        encoder_hidden: int,
+        embedding: int,
+        head_hidden: int,
+        bf16_encoder: bool = False,
+    ):
         super().__init__()
         self.popsize = popsize
-        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding)
+        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding, bf16=bf16_encoder)
         self.asset_head = BatchedMLP(popsize, [embedding + 2, head_hidden], final_activation=True)
         self.value_head = BatchedMLP(popsize, [head_hidden + 2, head_hidden, 1])
 

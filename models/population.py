@@ -22,6 +22,7 @@ class Population:
         popsize: P.
         window_size: L * K values per asset window.
         encoder_hidden, embedding, head_hidden: network widths (see ``models.networks``).
+        bf16_encoder: run the encoders under bfloat16 autocast.
         actor_lr, critic_lr: Adam learning rates.
         exploration: (min, max) stdev of the logit noise; slot i gets the i-th of P log-spaced values.
         device: where every tensor lives.
@@ -36,13 +37,16 @@ class Population:
         encoder_hidden: int,
         embedding: int,
         head_hidden: int,
+        bf16_encoder: bool = False,
         actor_lr: float,
         critic_lr: float,
         exploration: tuple[float, float],
         device: torch.device | str,
         generator: torch.Generator,
     ) -> None:
-        widths = dict(encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden)
+        widths = dict(
+            encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden, bf16_encoder=bf16_encoder
+        )
         self.popsize = popsize
         self.device = torch.device(device)
         self.actor = Actor(popsize, window_size, **widths).to(device)

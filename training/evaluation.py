@@ -75,6 +75,7 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
         encoder_hidden=model.encoder_hidden,
         embedding=model.embedding,
         head_hidden=model.head_hidden,
+        bf16_encoder=model.bf16_encoder,
         actor_lr=config.ddpg.actor_lr,
         critic_lr=config.ddpg.critic_lr,
         exploration=(config.ddpg.exploration_min, config.ddpg.exploration_max),

@@ -199,6 +199,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.log = log
         self.device = market.device
+        # Process-wide, so every run sets it: TF32 on CUDA tensor cores with "high", exact float32 with "highest".
+        torch.set_float32_matmul_precision(config.runtime.matmul_precision)
         self.fingerprint = market_fingerprint(market)
         env_cfg, ddpg, evo, evaluation = config.env, config.ddpg, config.evolution, config.evaluation
         popsize = evo.popsize
@@ -236,6 +238,7 @@ class Trainer:
             encoder_hidden=config.model.encoder_hidden,
             embedding=config.model.embedding,
             head_hidden=config.model.head_hidden,
+            bf16_encoder=config.model.bf16_encoder,
             actor_lr=ddpg.actor_lr,
             critic_lr=ddpg.critic_lr,
             exploration=(ddpg.exploration_min, ddpg.exploration_max),

@@ -231,3 +231,21 @@ def test_exploration_stdevs_are_log_spaced_per_slot(popsize):
     logs = stdevs.double().log()
     steps = logs[1:] - logs[:-1]
     torch.testing.assert_close(steps, torch.full_like(steps, math.log(high / low) / (popsize - 1)), rtol=1e-4, atol=0)
+
+
+@torch.no_grad()
+def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
+    shared, per_agent, weights, actions = _inputs(seed=3)
+    exact = _build(Actor, P, seed=4)
+    bf16 = Actor(P, WINDOW, **WIDTHS, bf16_encoder=True)
+    bf16.load_state_dict(exact.state_dict())
+    out, reference = bf16.logits(per_agent, weights), exact.logits(per_agent, weights)
+    assert out.dtype == torch.float32 and bf16.encoder(per_agent).dtype == torch.float32
+    assert not torch.equal(out, reference)  # bfloat16 keeps 8 mantissa bits: the encoder really ran in it
+    assert torch.allclose(out, reference, atol=0.05, rtol=0.05)
+    assert bf16.agent(1).encoder.bf16  # an agent taken out keeps the setting
+
+    critic, critic_bf16 = _build(Critic, P, seed=5), Critic(P, WINDOW, **WIDTHS, bf16_encoder=True)
+    critic_bf16.load_state_dict(critic.state_dict())
+    q, q_exact = critic_bf16(shared, weights, actions), critic(shared, weights, actions)
+    assert q.dtype == torch.float32 and torch.allclose(q, q_exact, atol=0.05, rtol=0.05)

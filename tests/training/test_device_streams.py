@@ -79,3 +79,14 @@ def test_a_run_resumes_across_device_types(tmp_path, capsys, before, after):
     assert "not bit for bit" in capsys.readouterr().out
     state = json.loads((tmp_path / "r" / "gen-000003" / "state.json").read_text())
     assert state["device"]["type"] == after
+
+
+def test_the_precision_settings_train_and_are_kept_by_the_checkpoint(tmp_path):
+    settings = ["--set", "model.bf16_encoder=true", "--set", "runtime.matmul_precision=high"]
+    try:
+        assert train(tmp_path, "--device", "cpu", "--generations", "1", *settings) == 0
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    config = json.loads((tmp_path / "r" / "gen-000001" / "state.json").read_text())["config"]
+    assert config["model"]["bf16_encoder"] is True and config["runtime"]["matmul_precision"] == "high"
