@@ -12,7 +12,7 @@ import pytest
 from environment.market import Market
 from tests.gcs_server import GCSEmulator, emulator_binary
 from tests.synthetic import make_market
-from utils.storage import EMULATOR_ENV
+from utils.gcs import EMULATOR_ENV
 
 
 @pytest.fixture

@@ -6,12 +6,14 @@ mid-request. The process is only ever signalled by its own id.
 
 ``StubServer`` answers every request with one fixed HTTP status and JSON body (a 403 or 401 from "GCS", an
 ``invalid_grant`` from a token endpoint): the emulator accepts everything, so these are the only way to make a real
-client meet those answers.
+client meet those answers. ``LossyProxy`` stands in front of an emulator and loses the answer to an upload that
+landed, as a dropped connection does.
 """
 
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import shutil
@@ -22,6 +24,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -179,29 +182,11 @@ class GCSEmulator:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-class StubServer:
-    """An HTTP server on the loopback that answers every request with ``status`` and a JSON ``body``."""
+class _LoopbackServer:
+    """An HTTP server on the loopback, in a thread of its own, for ``handler`` (a BaseHTTPRequestHandler)."""
 
-    def __init__(self, status: int, body: dict) -> None:
-        payload = json.dumps(body).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer  # noqa: N815
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((HOST, 0), Handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer((HOST, 0), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://{HOST}:{self.port}"
@@ -209,7 +194,7 @@ class StubServer:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="stub-http", daemon=True
         )
 
-    def __enter__(self) -> StubServer:
+    def __enter__(self) -> _LoopbackServer:
         self._thread.start()
         return self
 
@@ -217,3 +202,72 @@ class StubServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        raise NotImplementedError
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET  # noqa: N815
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class StubServer(_LoopbackServer):
+    """Answers every request with ``status`` and a JSON ``body``."""
+
+    def __init__(self, status: int, body: dict) -> None:
+        payload = json.dumps(body).encode()
+
+        class Handler(_Handler):
+            def _answer(self) -> None:
+                self._body()
+                self._reply(status, [("Content-Type", "application/json")], payload)
+
+        super().__init__(Handler)
+
+
+class LossyProxy(_LoopbackServer):
+    """Forwards every request to ``target`` (an emulator's URL), except that it loses the answer to the first
+    ``drop`` uploads: the upload reaches the server, then the client's connection is closed without a reply."""
+
+    def __init__(self, target: str, drop: int = 1) -> None:
+        where = urllib.parse.urlsplit(target)
+        self.dropped = 0
+        proxy = self
+
+        class Handler(_Handler):
+            def _answer(self) -> None:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                upstream = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+                try:
+                    upstream.request(self.command, self.path, body=self._body(), headers=headers)
+                    response = upstream.getresponse()
+                    payload = response.read()
+                finally:
+                    upstream.close()
+                if self.path.startswith("/upload/") and proxy.dropped < drop:
+                    proxy.dropped += 1
+                    self.close_connection = True
+                    return
+                skip = ("content-length", "transfer-encoding", "connection")
+                self._reply(
+                    response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in skip], payload
+                )
+
+        super().__init__(Handler)

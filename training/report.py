@@ -44,8 +44,8 @@ from utils import checkpoint
 from utils import tensorboard as board_log
 from utils.cli import ArgumentParser
 from utils.errors import CheckpointError, ConfigError, InputError
+from utils.gcs import open_storage
 from utils.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
-from utils.storage import open_storage
 
 METRIC_COLUMNS = (
     "days",

@@ -25,7 +25,8 @@ from training.state_document import read_state
 from training.trainer import Trainer, describe_device, device_change_note
 from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError
-from utils.storage import Storage, open_storage, parse_uri
+from utils.gcs import open_storage
+from utils.storage import Storage, parse_uri
 from utils.uploader import CheckpointUploader
 
 RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime.progress"})

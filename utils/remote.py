@@ -15,7 +15,8 @@ from pathlib import Path
 
 from utils import checkpoint
 from utils.errors import CheckpointError
-from utils.storage import Storage, open_storage, parse_uri
+from utils.gcs import open_storage
+from utils.storage import Storage, parse_uri
 
 _POINTER = re.compile(r"gen-(\d{6,})")
 

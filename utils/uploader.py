@@ -8,7 +8,7 @@ One generation reaches the bucket in the order that keeps the bucket consistent 
 
     RUN/config.json                  once per uploader, if the bucket's copy differs
     RUN/gen-NNNNNN/<files>           each hashed first (SHA-256 against the local manifest); skipped if the bucket
-                                     already has it with the same size and MD5, checked against the MD5 after upload
+                                     already has it with the same size and MD5
     RUN/gen-NNNNNN/manifest.json     the bytes read at the start, so it always describes the files uploaded
     RUN/metrics.jsonl                its committed lines
     RUN/LATEST                       "gen-NNNNNN\\n", a compare-and-swap on the object generation read just before;
@@ -453,10 +453,8 @@ class CheckpointUploader:
                     self._files_skipped += 1
             else:
                 base = done
+                # No read-back: the storage verifies each upload's checksum (utils.gcs).
                 self.storage.upload_file(key, gen_dir / name, progress=lambda n, base=base: self._set_done(base + n))
-                remote = self.storage.stat(key)
-                if remote is None or remote.size != size or (remote.md5 is not None and remote.md5 != md5):
-                    raise RuntimeError(f"{key} in {self.storage.uri} does not match the local file after upload")
                 sent += 1
                 with self._cond:
                     self._files_uploaded += 1

@@ -8,7 +8,7 @@ from config import override, preset
 from tests.run_checks import deterministic, rows, state_digest
 from training.runs import start_run
 from utils import checkpoint, remote
-from utils.storage import open_storage
+from utils.gcs import open_storage
 
 
 def train(*args: str) -> int:

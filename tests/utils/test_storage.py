@@ -1,4 +1,5 @@
-"""The storage contract, for a local folder and for GCS (a real fake-gcs-server), plus the GCS error messages."""
+"""The storage contract, for GCS (a real fake-gcs-server) and the tests' in-memory bucket, plus GCS retries and
+error messages."""
 
 from __future__ import annotations
 
@@ -12,25 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.gcs_server import StubServer, free_port
+from tests.gcs_server import LossyProxy, StubServer, free_port
+from tests.memory_storage import MemoryStorage
 from utils.errors import ConfigError, InputError, StorageError
-from utils.storage import (
-    EMULATOR_ENV,
-    GCSStorage,
-    LocalStorage,
-    PreconditionFailed,
-    Storage,
-    open_storage,
-    parse_uri,
-)
+from utils.gcs import EMULATOR_ENV, GCSStorage, open_storage
+from utils.storage import PreconditionFailed, Storage, parse_uri
 
 MiB = 1024 * 1024
 
 
-@pytest.fixture(params=["local", "gcs"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    if request.param == "local":
-        yield LocalStorage(tmp_path / "store")
+@pytest.fixture(params=["memory", "gcs"])
+def storage(request: pytest.FixtureRequest) -> Iterator[Storage]:
+    if request.param == "memory":
+        yield MemoryStorage()
         return
     store = open_storage(request.getfixturevalue("gcs_bucket"), deadline=10.0)
     yield store
@@ -81,6 +76,13 @@ def test_conditional_writes_are_compare_and_swap(storage: Storage) -> None:
     with pytest.raises(PreconditionFailed):
         storage.write_bytes("r/absent", b"x", if_generation_match=seen)
     assert storage.stat("r/absent") is None
+
+
+def test_a_conditional_write_of_the_bytes_already_there_counts_as_done(storage: Storage) -> None:
+    storage.write_bytes("r/LATEST", b"gen-000001\n")
+    before = storage.stat("r/LATEST")
+    storage.write_bytes("r/LATEST", b"gen-000001\n", if_generation_match=0)  # how a retry of a landed write looks
+    assert storage.stat("r/LATEST") == before
 
 
 def test_large_files_stream_both_ways_and_downloads_replace_atomically(storage: Storage, tmp_path: Path) -> None:
@@ -191,11 +193,11 @@ def test_malformed_uris_are_config_errors_naming_the_uri(uri: str) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_open_storage_picks_the_backend(tmp_path: Path) -> None:
-    local = open_storage(str(tmp_path / "runs"))
-    assert isinstance(local, LocalStorage) and local.uri == str(tmp_path / "runs")
+def test_open_storage_opens_bucket_locations_only(tmp_path: Path) -> None:
     remote = open_storage("gs://some-bucket/a/b/")
     assert isinstance(remote, GCSStorage) and remote.uri == "gs://some-bucket/a/b"
+    with pytest.raises(ConfigError, match="not a bucket location"):
+        open_storage(str(tmp_path / "runs"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -209,6 +211,31 @@ def test_gcs_writes_ride_out_a_server_restart(gcs_private) -> None:
     threading.Timer(0.5, gcs_private.emulator.start).start()
     store.write_bytes("b", b"2", if_generation_match=0)  # refused connections, retried until the server is back
     assert store.read_bytes("a") == b"1" and store.read_bytes("b") == b"2"
+
+
+def test_gcs_an_outage_past_the_deadline_is_one_transient_line(gcs_private) -> None:
+    store = open_storage(gcs_private.uri, deadline=1.0)
+    store.write_bytes("a", b"1")
+    gcs_private.emulator.stop()
+    started = time.monotonic()
+    for attempt in (lambda: store.write_bytes("a", b"2"), lambda: store.read_bytes("a"), lambda: store.list("")):
+        with pytest.raises(StorageError, match=r"cannot reach .* after 1 s of retries") as info:
+            attempt()
+        assert info.value.transient and "\n" not in str(info.value)
+    assert time.monotonic() - started < 10.0
+
+
+def test_gcs_a_conditional_write_whose_answer_was_lost_is_recognised(gcs_bucket, monkeypatch) -> None:
+    with LossyProxy(os.environ[EMULATOR_ENV]) as proxy:
+        monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+        store = open_storage(gcs_bucket, deadline=10.0)
+        # The write lands, its answer is lost, the library retries it and the service answers 412.
+        store.write_bytes("r/LATEST", b"gen-000001\n", if_generation_match=0)
+        assert proxy.dropped == 1
+        assert store.read_bytes("r/LATEST") == b"gen-000001\n"
+        with pytest.raises(PreconditionFailed):  # a real conflict still is one
+            store.write_bytes("r/LATEST", b"gen-000002\n", if_generation_match=0)
+        store.close()
 
 
 def test_gcs_missing_bucket_is_named(gcs_emulator) -> None:
@@ -298,9 +325,3 @@ def test_gcs_invalid_service_account_key_is_reported_without_the_secret(
             GCSStorage("some-bucket", "runs", preflight_deadline=5.0).check_access()
     text = str(info.value)
     assert "PRIVATE KEY" not in text and "0123abcd" not in text and "\n" not in text
-
-
-def test_local_check_access_refuses_a_file_in_the_way(tmp_path: Path) -> None:
-    (tmp_path / "runs").write_text("not a folder")
-    with pytest.raises(StorageError, match="not a folder"):
-        LocalStorage(tmp_path / "runs" / "deeper").check_access()

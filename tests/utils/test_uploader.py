@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.memory_storage import MemoryStorage
 from utils.checkpoint import generation_dirname, write_generation
 from utils.errors import StorageError
-from utils.storage import LocalStorage, Storage, open_storage
+from utils.gcs import open_storage
+from utils.storage import Storage
 from utils.uploader import CheckpointUploader
 
 RUN = "run-1"
@@ -60,11 +62,11 @@ def assert_bucket_holds(storage: Storage, run_dir: Path, generation: int) -> Non
     assert storage.read_bytes(f"{RUN}/metrics.jsonl") == (run_dir / "metrics.jsonl").read_bytes()
 
 
-@pytest.fixture(params=["local", "gcs"])
-def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    """The destination: a local folder, or a bucket on the session's emulator."""
-    if request.param == "local":
-        yield LocalStorage(tmp_path / "bucket")
+@pytest.fixture(params=["memory", "gcs"])
+def bucket(request: pytest.FixtureRequest) -> Iterator[Storage]:
+    """The destination: a bucket in memory, or one on the session's emulator."""
+    if request.param == "memory":
+        yield MemoryStorage()
         return
     store = open_storage(request.getfixturevalue("gcs_bucket"), deadline=10.0)
     yield store
@@ -167,8 +169,8 @@ def test_a_fresh_uploader_skips_files_already_in_the_bucket(gcs_bucket: str, run
     assert summary.files_uploaded == 0 and summary.files_skipped == 2 and summary.last_uploaded == 1
 
 
-def test_submit_never_waits_and_close_refuses_more(tmp_path: Path, run_dir: Path) -> None:
-    up = uploader(LocalStorage(tmp_path / "bucket"), run_dir, [])
+def test_submit_never_waits_and_close_refuses_more(run_dir: Path) -> None:
+    up = uploader(MemoryStorage(), run_dir, [])
     up.close()
     with pytest.raises(RuntimeError, match="closed"):
         up.submit(1)

@@ -1,0 +1,328 @@
+"""Run folders in Google Cloud Storage: ``GCSStorage``, the ``utils.storage.Storage`` interface over
+google-cloud-storage.
+
+Retrying is the library's: every call gets its ``DEFAULT_RETRY`` policy (HTTP 408/429/5xx, refused or reset
+connections, timeouts; exponential backoff) with a per-operation deadline (``deadline``, 60 s by default). It is
+passed explicitly so that every call, conditional writes included, retries the same way whatever the library's
+default for that call. What still fails becomes a one-line ``StorageError`` (an ``InputError``: the command line
+prints it and exits with status 2) that says how to fix it. ``check_access`` runs the same checks up front, within
+``preflight_deadline``, before hours of training are at stake.
+
+Uploads carry a checksum (CRC32C, or MD5 without the C extension) that the library and the service verify, so
+nothing is read back after an upload. What the library cannot know: a retried conditional write may meet its own
+first attempt, which landed but whose answer was lost; the service then answers 412, and ``write_bytes`` tells that
+case apart by the object's MD5.
+
+With ``STORAGE_EMULATOR_HOST`` set (``http://127.0.0.1:4443``, a fake-gcs-server), the client talks to that endpoint
+with anonymous credentials and the dummy project ``erl-emulator``: emulators accept any caller, and no real
+credentials are looked up or sent. Without it, credentials come from application default credentials
+(``gcloud auth application-default login``, ``GOOGLE_APPLICATION_CREDENTIALS``, or the metadata server of a cloud VM).
+The google libraries are imported on first use, so runs with a local folder never load them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from utils.errors import ConfigError, StorageError
+from utils.storage import ObjectInfo, PreconditionFailed, Storage, check_key, parse_uri
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+EMULATOR_PROJECT = "erl-emulator"
+DEFAULT_DEADLINE = 60.0
+DEFAULT_PREFLIGHT_DEADLINE = 15.0
+CHUNK_SIZE = 8 * 1024 * 1024  # per request of a resumable upload (files over 8 MiB); a multiple of 256 KiB
+REQUEST_TIMEOUT = (10.0, 120.0)  # (connect, read) seconds of one HTTP request
+PREFLIGHT_TIMEOUT = (5.0, 15.0)
+MAX_DELAY = 8.0  # the longest pause between two attempts
+CHECKSUM = "auto"  # the library verifies uploads with CRC32C (MD5 without its C extension): no read-back
+OBJECT_ADMIN_ROLE = "roles/storage.objectAdmin"
+_CONTENT_TYPE = "application/octet-stream"
+_READ_CHUNK = 1024 * 1024
+_MAX_MESSAGE = 240
+
+
+class _SessionLostError(Exception):
+    """A resumable upload answered 404: its session (or the bucket) is gone."""
+
+
+def open_storage(uri: str, *, deadline: float = DEFAULT_DEADLINE) -> GCSStorage:
+    """The storage behind a ``gs://BUCKET/PREFIX`` location, with a client of its own: keep one per run.
+
+    Args:
+        deadline: How long one operation keeps retrying transient failures, in seconds.
+
+    Raises:
+        ConfigError: A malformed URI, or a local folder (which needs no storage object).
+    """
+    scheme, bucket, prefix = parse_uri(uri)
+    if scheme != "gs":
+        raise ConfigError(f"{uri!r} is not a bucket location: expected gs://BUCKET/PREFIX")
+    return GCSStorage(bucket, prefix, deadline=deadline)
+
+
+def _retry(deadline: float):
+    """The library's retry policy, giving up after ``deadline`` seconds; random pauses, at most 0.25 s at first."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=0.25, maximum=MAX_DELAY)
+
+
+def _one_line(text: object) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+class _ProgressFile(io.BufferedReader):
+    """A file opened for reading that reports how far it has been read."""
+
+    def __init__(self, path: Path, progress: Callable[[int], None] | None) -> None:
+        super().__init__(io.FileIO(path, "rb"), buffer_size=_READ_CHUNK)
+        self._progress = progress
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if self._progress is not None:
+            self._progress(self.tell())
+        return data
+
+
+class GCSStorage(Storage):
+    """Objects under ``gs://bucket/prefix``, through one ``google.cloud.storage.Client`` made on first use.
+
+    Args:
+        bucket: The bucket name.
+        prefix: Object-name prefix without leading or trailing slashes (``""``: the bucket's root).
+        deadline: Seconds one operation keeps retrying transient failures.
+        preflight_deadline: The time ``check_access`` may take, at most (plus credential discovery).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        deadline: float = DEFAULT_DEADLINE,
+        preflight_deadline: float = DEFAULT_PREFLIGHT_DEADLINE,
+    ) -> None:
+        self.bucket_name = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
+        parse_uri(self.uri)  # validates the bucket name and prefix
+        self.deadline = float(deadline)
+        self.preflight_deadline = float(preflight_deadline)
+        self._client = None
+        self._bucket = None
+        self._client_lock = threading.Lock()
+
+    # -- plumbing
+
+    def _get_bucket(self):
+        with self._client_lock:
+            if self._bucket is None:
+                self._client = self._make_client()
+                self._bucket = self._client.bucket(self.bucket_name)
+            return self._bucket
+
+    def _make_client(self):
+        import google.auth
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        if os.environ.get(EMULATOR_ENV):
+            return storage.Client(project=EMULATOR_PROJECT, credentials=AnonymousCredentials())
+        # No credentials found raises DefaultCredentialsError: every caller is inside _errors, which explains it.
+        credentials, project = google.auth.default(scopes=storage.Client.SCOPE)
+        # Object operations need no project; a user's default credentials often have none.
+        client = storage.Client(project=project or "<none>", credentials=credentials)
+        if not project:
+            client.project = None
+        return client
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}/{check_key(key)}" if self.prefix else check_key(key)
+
+    def _blob(self, key: str, **kwargs):
+        return self._get_bucket().blob(self._name(key), **kwargs)
+
+    def _list_one(self, deadline: float, timeout: tuple[float, float]) -> None:
+        """List at most one object under the root: the cheapest request that needs the bucket."""
+        bucket = self._get_bucket()
+        folder = f"{self.prefix}/" if self.prefix else None
+        list(bucket.client.list_blobs(bucket, prefix=folder, max_results=1, retry=_retry(deadline), timeout=timeout))
+
+    @contextlib.contextmanager
+    def _errors(
+        self, action: str, *, missing: Exception | None = None, deadline: float | None = None
+    ) -> Iterator[None]:
+        """Turn the client's errors into ``missing`` (on 404; by default, the bucket is missing), PreconditionFailed
+        or a one-line StorageError that says how to fix the problem."""
+        from google.api_core import exceptions as api
+        from google.auth import exceptions as auth
+
+        try:
+            yield
+        except api.PreconditionFailed as err:
+            raise PreconditionFailed(f"{action} {self.uri}: {_one_line(err.message)}") from None
+        except api.NotFound:
+            raise missing or StorageError(
+                f"bucket {self.bucket_name!r} of {self.uri} does not exist (or is not visible to these credentials): "
+                f"create it (`gcloud storage buckets create gs://{self.bucket_name}`) or fix the checkpoint URI"
+            ) from None
+        # InvalidOperation: a 401 answered to credentials that cannot refresh. The refresh error's text is the token
+        # endpoint's answer: not printed, it is no help and may echo input.
+        except (auth.RefreshError, auth.InvalidOperation, api.Unauthorized):
+            raise StorageError(
+                f"the Google Cloud credentials were rejected while {action} {self.uri} (invalid, expired or revoked): "
+                "run `gcloud auth application-default login` again, or set GOOGLE_APPLICATION_CREDENTIALS to a valid "
+                "service-account key file"
+            ) from None
+        except auth.DefaultCredentialsError as err:
+            raise StorageError(
+                f"no usable Google Cloud credentials to access {self.uri}: run `gcloud auth application-default "
+                f"login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file ({_one_line(err)})"
+            ) from None
+        except api.Forbidden as err:
+            said = _one_line(re.sub(r"^[A-Z]+ \S+: ", "", str(err.message)))  # without the request line
+            raise StorageError(
+                f"permission denied while {action} {self.uri}: grant these credentials the role {OBJECT_ADMIN_ROLE} "
+                f"on bucket {self.bucket_name!r} (server said: {said})"
+            ) from None
+        except api.RetryError as err:  # the deadline passed on transient failures
+            cause = type(err.cause or err).__name__
+            endpoint = os.environ.get(EMULATOR_ENV)
+            hint = f"check the network and {EMULATOR_ENV}" if endpoint else "check the network"
+            raise StorageError(
+                f"cannot reach Google Cloud Storage at {endpoint or 'https://storage.googleapis.com'} while {action} "
+                f"{self.uri}: still failing after {self.deadline if deadline is None else deadline:.0f} s of retries "
+                f"({cause}); {hint}",
+                transient=True,
+            ) from err
+
+    # -- the interface
+
+    def read_bytes(self, key: str) -> bytes:
+        with self._errors(f"reading {key} in", missing=FileNotFoundError(f"no object {key!r} in {self.uri}")):
+            return self._blob(key).download_as_bytes(retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+
+    def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
+        """See ``Storage.write_bytes``. Meant for small objects (up to 8 MiB: one request); larger data goes up as a
+        resumable upload, whose precondition fake-gcs-server ignores (GCS itself honours it)."""
+        try:
+            with self._errors(f"writing {key} in"):
+                self._blob(key).upload_from_string(
+                    bytes(data),
+                    content_type=_CONTENT_TYPE,
+                    if_generation_match=if_generation_match,
+                    checksum=CHECKSUM,
+                    retry=_retry(self.deadline),
+                    timeout=REQUEST_TIMEOUT,
+                )
+        except PreconditionFailed:
+            # A retried attempt fails this way when an earlier attempt of ours landed but its answer was lost.
+            info = self.stat(key)
+            if info is None or info.md5 != hashlib.md5(data).hexdigest():
+                raise
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        with self._errors(f"reading metadata of {key} in"):
+            blob = self._get_bucket().get_blob(self._name(key), retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+        if blob is None:
+            return None
+        md5 = base64.b64decode(blob.md5_hash).hex() if blob.md5_hash else None
+        return ObjectInfo(size=blob.size, generation=blob.generation, updated=blob.updated, md5=md5)
+
+    def upload_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
+        action = f"uploading {key} to"
+        try:
+            with self._errors(action, missing=_SessionLostError()), _ProgressFile(Path(path), progress) as f:
+                self._blob(key, chunk_size=CHUNK_SIZE).upload_from_file(
+                    f,
+                    size=os.fstat(f.fileno()).st_size,
+                    content_type=_CONTENT_TYPE,
+                    checksum=CHECKSUM,
+                    retry=_retry(self.deadline),
+                    timeout=REQUEST_TIMEOUT,
+                )
+        except _SessionLostError:
+            # The bucket is gone, or the upload session is (the service restarted): a listing tells the two apart;
+            # a lost session is left to the caller's next attempt, which starts a new one.
+            with self._errors("listing"):
+                self._list_one(self.deadline, REQUEST_TIMEOUT)
+            raise StorageError(
+                f"{action} {self.uri}: the upload session was lost (the service restarted?); the next attempt "
+                "starts over",
+                transient=True,
+            ) from None
+
+    def download_file(self, key: str, path: Path) -> None:
+        dest = Path(path)
+        tmp = dest.with_name(f".{dest.name}.download-{os.getpid()}-{secrets.token_hex(4)}")
+        missing = FileNotFoundError(f"no object {key!r} in {self.uri}")
+        try:
+            with self._errors(f"downloading {key} from", missing=missing), open(tmp, "xb") as f:
+                self._blob(key).download_to_file(f, retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def list(self, prefix: str = "") -> list[str]:
+        root = f"{self.prefix}/" if self.prefix else ""
+        folder = self._name(prefix.strip("/")) + "/" if prefix else root
+        with self._errors(f"listing {prefix or '/'} in"):
+            bucket = self._get_bucket()
+            blobs = bucket.client.list_blobs(
+                bucket, prefix=folder or None, retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT
+            )
+            names = [blob.name for blob in blobs]
+        # Folder placeholders (names ending in "/", made by some consoles) are not objects.
+        return sorted(name[len(root) :] for name in names if not name.endswith("/"))
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError), self._errors(f"deleting {key} in", missing=FileNotFoundError()):
+            self._blob(key).delete(retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+
+    def check_access(self) -> None:
+        """List one object, then write, read back and delete a probe object under the root, within
+        ``preflight_deadline`` seconds (each request at most 5 s to connect and 15 s to answer)."""
+        deadline = self.preflight_deadline
+        started = time.monotonic()
+
+        def left() -> float:
+            return max(0.5, deadline - (time.monotonic() - started))
+
+        with self._errors("listing", deadline=deadline):
+            self._list_one(left(), PREFLIGHT_TIMEOUT)
+        probe = self._blob(f".access-check-{secrets.token_hex(6)}")
+        with self._errors("writing to", deadline=deadline):
+            probe.upload_from_string(b"ok", if_generation_match=0, retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+        try:
+            with self._errors("reading from", deadline=deadline):
+                probe.download_as_bytes(retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort; the read's error is the one to report
+                probe.delete(retry=None, timeout=PREFLIGHT_TIMEOUT)
+            raise
+        # Deleting is checked too: retention in the bucket needs it.
+        deleting = self._errors("deleting in", missing=FileNotFoundError(), deadline=deadline)
+        with contextlib.suppress(FileNotFoundError), deleting:
+            probe.delete(retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+
+    def close(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._bucket = None
