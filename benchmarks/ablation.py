@@ -12,6 +12,10 @@ core) on a planted one-day reversal (strength 0.02) and on a random walk, and pr
 * ``no_tilt``: agents start from full-scale random heads and no cash bias, not as small tilts around equal weight.
 * ``best_on_validation``: selection as it was: crown the agent with the best validation log return whenever it
   beats the champion's, with no allowance for noise or for the number of candidates compared (z = 0).
+* ``lookback_8``: observation windows of 8 days instead of 1 (``env.lookback``).
+* ``choose_by_return``: of the agents with a proven edge, crown the highest validation return, not the highest
+  bound (``selection.choose_by``).
+* ``observation_noise``: Gaussian noise of stdev 0.5 on the replayed features (``ddpg.observation_noise``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.learning import SMALL_MARKET, run_one, small_config
 
-VARIANTS = ("default", "critic", "no_tilt", "best_on_validation")
+VARIANTS = (
+    "default",
+    "critic",
+    "no_tilt",
+    "best_on_validation",
+    "lookback_8",
+    "choose_by_return",
+    "observation_noise",
+)
+SETTINGS = {
+    "critic": {"ddpg.actor_objective": "critic"},
+    "lookback_8": {"env.lookback": 8},
+    "choose_by_return": {"selection.choose_by": "return"},
+    "observation_noise": {"ddpg.observation_noise": 0.5},
+}
+"""The variants that are config overrides; the others patch the trainer while they run."""
 GENERATIONS = 25
 MARKETS = (("reversal", {"strength": 0.02}), ("random_walk", {}))
 
@@ -44,7 +63,7 @@ def variant(name: str) -> Iterator[dict[str, str]]:
             networks.HEAD_INIT_SCALE, networks.CASH_LOGIT = 1.0, 0.0
         if name == "best_on_validation":
             trainer.selection_z = lambda popsize, generation, alpha: 0.0
-        yield {"ddpg.actor_objective": "critic"} if name == "critic" else {}
+        yield SETTINGS.get(name, {})
     finally:
         networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.selection_z = saved
 
