@@ -192,7 +192,7 @@ class EvaluationConfig:
 class SelectionConfig:
     alpha: float = 0.05
     """Chance, at most, that a run ever crowns an agent with no edge over equal weight (training/selection.py)."""
-    choose_by: ChooseBy = "bound"
+    choose_by: ChooseBy = "return"
     """Which of the agents with a proven edge is crowned: the highest validation return, or the highest bound."""
 
     def __post_init__(self) -> None:
