@@ -13,8 +13,8 @@ core) on a planted one-day reversal (strength 0.02) and on a random walk, and pr
 * ``best_on_validation``: selection as it was: crown the agent with the best validation log return whenever it
   beats the champion's, with no allowance for noise or for the number of candidates compared (z = 0).
 * ``lookback_8``: observation windows of 8 days instead of 1 (``env.lookback``).
-* ``choose_by_return``: of the agents with a proven edge, crown the highest validation return, not the highest
-  bound (``selection.choose_by``).
+* ``choose_by_bound``: of the agents with a proven edge, crown the highest bound, not the highest validation
+  return (``selection.choose_by``).
 * ``observation_noise``: Gaussian noise of stdev 0.5 on the replayed features (``ddpg.observation_noise``).
 """
 
@@ -37,13 +37,13 @@ VARIANTS = (
     "no_tilt",
     "best_on_validation",
     "lookback_8",
-    "choose_by_return",
+    "choose_by_bound",
     "observation_noise",
 )
 SETTINGS = {
     "critic": {"ddpg.actor_objective": "critic"},
     "lookback_8": {"env.lookback": 8},
-    "choose_by_return": {"selection.choose_by": "return"},
+    "choose_by_bound": {"selection.choose_by": "bound"},
     "observation_noise": {"ddpg.observation_noise": 0.5},
 }
 """The variants that are config overrides; the others patch the trainer while they run."""
