@@ -87,32 +87,3 @@ def read_rows(path: Path) -> list[dict]:
         CheckpointError: A complete line that is not a JSON object (the file is corrupt).
     """
     return [row for _, row in _committed_lines(path)]
-
-
-def truncate_rows(path: Path, *, max_generation: int) -> None:
-    """Atomically rewrite the file keeping only rows whose ``"generation"`` is <= ``max_generation`` (for resume).
-
-    Rows without a numeric ``"generation"`` are dropped, as is a trailing partial line; kept lines are copied byte
-    for byte. A missing file stays missing.
-    """
-    path = Path(path)
-    if not path.exists():
-        return
-    kept = [
-        raw
-        for raw, row in _committed_lines(path)
-        if isinstance(row.get("generation"), (int, float))
-        and not isinstance(row["generation"], bool)
-        and row["generation"] <= max_generation
-    ]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(b"".join(line + b"\n" for line in kept))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from utils.errors import CheckpointError
-from utils.jsonl import append_row, read_rows, truncate_rows
+from utils.jsonl import append_row, read_rows
 
 
 def test_append_and_read_round_trip(tmp_path):
@@ -58,31 +58,3 @@ def test_corrupt_complete_line_is_an_error(tmp_path):
     path.write_bytes(b"[1, 2]\n")
     with pytest.raises(CheckpointError, match="line 1"):
         read_rows(path)
-
-
-def test_truncate_keeps_rows_up_to_the_generation(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    lines = [
-        b'{"generation": 0, "x": 1.0}',
-        b'{"generation": 1,   "x": 2.0}',  # kept byte for byte
-        b'{"event": "no generation"}',
-        b'{"generation": 2}',
-        b'{"generation": 3}',
-        b'{"generation": true}',
-    ]
-    path.write_bytes(b"\n".join(lines) + b'\n{"generation": 1, "par')
-
-    truncate_rows(path, max_generation=1)
-    assert path.read_bytes() == lines[0] + b"\n" + lines[1] + b"\n"
-    assert [row["generation"] for row in read_rows(path)] == [0, 1]
-    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
-
-    append_row(path, {"generation": 2})
-    assert [row["generation"] for row in read_rows(path)] == [0, 1, 2]
-    truncate_rows(path, max_generation=-1)
-    assert path.read_bytes() == b""
-
-
-def test_truncate_of_a_missing_file_creates_nothing(tmp_path):
-    truncate_rows(tmp_path / "metrics.jsonl", max_generation=3)
-    assert list(tmp_path.iterdir()) == []
