@@ -74,16 +74,6 @@ class GenerationFiles:
     generation: int
     manifest: dict
 
-    @property
-    def tensor_names(self) -> list[str]:
-        """Names of the tensor groups, for ``read_tensors``."""
-        return sorted(n[: -len(TENSORS_SUFFIX)] for n in self.manifest["files"] if n.endswith(TENSORS_SUFFIX))
-
-    @property
-    def document_names(self) -> list[str]:
-        """Names of the JSON documents, for ``read_document``."""
-        return sorted(n[: -len(DOCUMENT_SUFFIX)] for n in self.manifest["files"] if n.endswith(DOCUMENT_SUFFIX))
-
 
 def generation_dirname(generation: int) -> str:
     """The folder name of a generation: ``generation_dirname(12) == "gen-000012"``."""
