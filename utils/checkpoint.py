@@ -619,13 +619,28 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def generations_to_delete(
+    folders: Iterable[int], complete: Iterable[int], *, keep_last: int, protect: Iterable[int], latest: int | None
+) -> list[int]:
+    """Retention, one rule for a run folder and for its copy in a bucket: of the generation ``folders`` older than
+    ``latest`` (the one ``LATEST`` names), delete all but the newest ``keep_last`` complete ones up to ``latest``
+    (at least ``latest`` itself) and those in ``protect``. Nothing at or after ``latest`` is ever deleted: a newer
+    folder is a write or an upload in progress, or one a crash left before ``LATEST`` moved. Ascending.
+    """
+    if latest is None:
+        return []
+    newest = sorted((g for g in complete if g <= latest), reverse=True)[: max(keep_last, 1)]
+    keep = set(protect) | set(newest) | {latest}
+    return sorted(g for g in set(folders) if g < latest and g not in keep)
+
+
 def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] = ()) -> list[int]:
     """Delete complete generations older than the last ``keep_last``, and stale temporary files.
 
-    Never deletes a generation in ``protect``, the one ``LATEST`` names, the one ``latest_generation`` returns (so
-    never the only complete one), nor incomplete ``gen-NNNNNN`` folders (left for inspection). Temporary folders
-    and files of processes that are no longer running (or of this process) are removed. Do not call it while this
-    process is in ``write_generation`` on another thread.
+    The rule is ``generations_to_delete``'s with ``latest_generation`` as the latest: never a generation in
+    ``protect``, the newest complete one up to it, nor incomplete ``gen-NNNNNN`` folders (left for inspection).
+    Temporary folders and files of processes that are no longer running (or of this process) are removed. Do not
+    call it while this process is in ``write_generation`` on another thread.
 
     Returns:
         The generations deleted, ascending.
@@ -636,14 +651,12 @@ def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] =
     if not run_dir.is_dir():
         return []
     complete = complete_generations(run_dir)
-    keep = set(protect) | set(complete[max(0, len(complete) - keep_last) :] if keep_last else [])
-    keep.add(_latest_pointer(run_dir))
-    keep.add(latest_generation(run_dir))
+    doomed = generations_to_delete(
+        complete, complete, keep_last=keep_last, protect=protect, latest=latest_generation(run_dir)
+    )
     pid = os.getpid()
     deleted = []
-    for generation in complete:
-        if generation in keep:
-            continue
+    for generation in doomed:
         dirname = generation_dirname(generation)
         # Rename first, so an interrupted delete leaves a stale folder rather than a half-deleted generation.
         trash = run_dir / f".{dirname}.old-{pid}"

@@ -404,11 +404,13 @@ def test_prune_keeps_last_protected_and_latest(tmp_path):
     assert prune_generations(tmp_path, keep_last=2, protect=[2]) == [1, 3, 4]
     assert complete_generations(tmp_path) == [2, 5, 6]
 
-    (tmp_path / "LATEST").write_text("gen-000005\n")
-    assert prune_generations(tmp_path, keep_last=0) == [2, 6]
-    assert complete_generations(tmp_path) == [5]
+    (tmp_path / "LATEST").write_text("gen-000005\n")  # as after --resume-from 5: 6 is newer than LATEST
+    assert prune_generations(tmp_path, keep_last=0) == [2]
+    assert complete_generations(tmp_path) == [5, 6]  # nothing at or after LATEST goes
+    (tmp_path / "LATEST").write_text("gen-000006\n")
+    assert prune_generations(tmp_path, keep_last=0) == [5]
     assert prune_generations(tmp_path, keep_last=0) == []  # never the only complete generation
-    assert complete_generations(tmp_path) == [5]
+    assert complete_generations(tmp_path) == [6]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     with pytest.raises(ValueError):
         prune_generations(tmp_path, keep_last=-1)
