@@ -29,9 +29,10 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "tickers": ((list,), False),
     "splits": ((dict,), False),
     "config": ((dict,), False),
-    "device": ((dict,), False),
 }
 """Every key the trainer writes and a resume reads, with its type."""
+OPTIONAL_TYPES: dict[str, type] = {"device": dict}
+"""Keys that checkpoints of earlier versions lack; when present, they must have this type."""
 
 
 def state_problem(state: Any, generation: int) -> str | None:
@@ -49,6 +50,9 @@ def state_problem(state: Any, generation: int) -> str | None:
             return f"{key!r} is {value!r:.40}, not {expected}"
         if types is _INT and value < 0:
             return f"{key!r} is {value}, not >= 0"
+    for key, kind in OPTIONAL_TYPES.items():
+        if key in state and not isinstance(state[key], kind):
+            return f"{key!r} is {state[key]!r:.40}, not {kind.__name__}"
     if state["generation"] != generation:
         return f"says generation {state['generation']}, but its folder is generation {generation}"
     if state["champion_generation"] > generation:

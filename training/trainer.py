@@ -140,10 +140,15 @@ def describe_device(device: torch.device) -> dict[str, str]:
     return described
 
 
-def device_change_note(written: dict[str, Any], current: dict[str, str]) -> str | None:
+def device_change_note(written: dict[str, Any] | None, current: dict[str, str]) -> str | None:
     """One line when the device that wrote a checkpoint differs from this one (the run continues), else None."""
     if written == current:
         return None
+    if written is None:
+        return (
+            "note: the checkpoint does not record the device that wrote it: "
+            "the run goes on, bit for bit only if it was this kind"
+        )
 
     def name(described: dict[str, Any]) -> str:
         parts = [str(described.get("name") or described.get("type"))]
@@ -551,7 +556,7 @@ class Trainer:
         self.champion_score = -math.inf if score is None else float(score)
         self.champion_generation = int(state["champion_generation"])
         self.champion_edge = float(state["champion_edge"])
-        self.restored_device = state["device"]
+        self.restored_device = state.get("device")  # None in checkpoints of earlier versions
         # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
         # the commit); the checkpoint's own history is the truth.
         history = checkpoint.read_document(generation_files, "history")

@@ -190,7 +190,7 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
                 ("tickers", "AAPL"),
                 ("splits", []),
                 ("config", "smoke"),
-                ("device", "cpu"),
+                ("device", "cpu"),  # optional (earlier versions lack it), but a dict when present
             ]
         ],
         ("state", lambda s: s.__delitem__("actor_optim_steps"), "actor_optim_steps"),
