@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import main
+from benchmarks.naive_selection import naive_fold
 from config import override, preset
 from environment.features import WARMUP_DAYS
 from environment.synthetic import make_market
@@ -129,6 +130,13 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert main.main(backtest_command(prices, killed_root)) == 0
     resumed = json.loads(capsys.readouterr().out)
     assert resumed == whole
+
+    # benchmarks/naive_selection.py scores a finished fold's test year as the backtest does.
+    naive = naive_fold(folder / "fold-2004-seed-0")
+    first = whole["folds"][0]
+    assert naive["sharpe_equal_weight"] == pytest.approx(first["sharpe"]["equal_weight"], abs=1e-9)
+    assert naive["total_return_equal_weight"] == pytest.approx(first["total_return"]["equal_weight"], abs=1e-9)
+    assert naive["agent"].startswith("agent") and naive["turnover_ratio"] > 0
 
 
 def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
