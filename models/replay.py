@@ -166,9 +166,14 @@ class ReplayBuffer:
             next_relatives=with_cash(self.relatives[days + 1]),
         )
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The filled part of the ring plus its position (as int64 scalars), ready for safetensors."""
-        out = {key: tensor[: self.size] for key, tensor in self.storage.items()}
+    def state_dict(self, storage: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The filled part of the ring plus its position (as int64 scalars), ready for safetensors.
+
+        ``storage``: a copy of the ring's storage to take the filled part from (a checkpoint's staged copy), instead
+        of the live ring.
+        """
+        storage = self.storage if storage is None else storage
+        out = {key: storage[key][: self.size] for key in self.storage}
         out["pos"] = torch.tensor(self.pos, dtype=torch.int64)
         out["size"] = torch.tensor(self.size, dtype=torch.int64)
         return out

@@ -76,7 +76,15 @@ class Run:
     uploader: CheckpointUploader | None = None
 
     def finish(self, *, timeout: float | None = None, progress: bool = True) -> str:
-        """Wait for the last uploads (at most ``timeout`` seconds) and say what reached the bucket."""
+        """Wait for the last checkpoint write, then for the last uploads (at most ``timeout`` seconds), and say what
+        reached the bucket. A failed write is raised after the uploads of the generations before it."""
+        try:
+            self.trainer.wait_for_checkpoint()
+        finally:
+            summary = self._finish_uploads(timeout=timeout, progress=progress)
+        return summary
+
+    def _finish_uploads(self, *, timeout: float | None, progress: bool) -> str:
         if self.uploader is None:
             return ""
         summary = self.uploader.flush(timeout=timeout, progress=progress)

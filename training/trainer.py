@@ -36,6 +36,7 @@ from environment.vector_env import VectorPortfolioEnv, episode_starts
 from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
+from training.checkpointing import CheckpointWriter, StagingBuffers
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness
 from training.rollout import collect, validate
@@ -68,6 +69,7 @@ MEASURED_KEYS = frozenset(
         "evolve_s",
         "update_s",
         "checkpoint_s",
+        "checkpoint_write_s",
         "rss_bytes",
         "peak_rss_bytes",
         "cuda_allocated_bytes",
@@ -184,7 +186,8 @@ class Trainer:
         should_stop: polled at safe points; once it returns True the unfinished generation is abandoned
             (its checkpoint is never written) and ``run`` raises ``RunStopped``.
         on_checkpoint: called with (generation, generations to protect) after each committed checkpoint,
-            e.g. to hand it to a background uploader; it must not block.
+            e.g. to hand it to a background uploader; it must not block. It runs on the checkpoint writer's
+            thread (``training.checkpointing``).
     """
 
     def __init__(
@@ -263,6 +266,8 @@ class Trainer:
         self._actor_loss_sum = torch.zeros(popsize, device=self.device)
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
+        self._staging = StagingBuffers(self.device)
+        self._writer = CheckpointWriter()
 
         self.generation = 0
         self.champion_score = -math.inf
@@ -273,12 +278,18 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Run generations until ``self.generation == until``, checkpointing each one."""
-        while self.generation < until:
-            self._check_stop()
-            row = self.run_generation()
-            if on_generation is not None:
-                on_generation(row)
+        """Run generations until ``self.generation == until``, checkpointing each one.
+
+        Returns, or raises (``RunStopped`` included), only once the last checkpoint it started is committed.
+        """
+        try:
+            while self.generation < until:
+                self._check_stop()
+                row = self.run_generation()
+                if on_generation is not None:
+                    on_generation(row)
+        finally:
+            self.wait_for_checkpoint()
 
     def run_generation(self) -> dict[str, Any]:
         """One generation: evaluate, validate and crown, evolve, update, record (each phase a method below)."""
@@ -367,9 +378,12 @@ class Trainer:
         return updates, losses_host
 
     def _record(self, scores: Scores, plan: EvolutionPlan, updates: int, losses: torch.Tensor) -> dict[str, Any]:
-        """Phase 5: the metrics row, the checkpoint, then the row in metrics.jsonl and the console line."""
+        """Phase 5: the metrics row, the checkpoint (staged here, written by the writer thread, which appends the
+        row to metrics.jsonl once the generation is committed), the console line."""
         cfg = self.config
         popsize = cfg.evolution.popsize
+        # The previous generation's write: done before the telemetry, so the figures never count its buffers.
+        waited = self.wait_for_checkpoint()
         validation = scores.totals[:popsize]
         env_steps = popsize * cfg.evaluation.episodes * cfg.env.episode_days
         durations = self._timer.durations()
@@ -396,14 +410,12 @@ class Trainer:
             **durations,
             **self._telemetry(),
         }
-        row["generation_s"] = sum(durations.values())
         start = time.perf_counter()
-        self.save_checkpoint(latest_row=row)
-        # The row reaches metrics.jsonl only once its generation is committed; its checkpoint copy
-        # lacks the checkpoint's own time, which is known only now.
-        row["checkpoint_s"] = time.perf_counter() - start
-        row["generation_s"] += row["checkpoint_s"]
-        jsonl.append_row(self.metrics_path, row)
+        staged = self._stage_checkpoint()
+        # What the loop blocked for: the wait for the previous write and the copy into the staging buffers.
+        row["checkpoint_s"] = waited + time.perf_counter() - start
+        row["generation_s"] = sum(durations.values()) + row["checkpoint_s"]
+        self.save_checkpoint(staged, latest_row=row)
         self.log(self.format_line(row))
         return row
 
@@ -485,12 +497,29 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self, *, latest_row: dict[str, Any] | None = None) -> Path:
-        """Write this generation in the checkpoint format and apply retention.
+    def wait_for_checkpoint(self) -> float:
+        """Block until the checkpoint being written, if any, is committed and its row is in ``metrics.jsonl``;
+        seconds waited. Raises the error the write failed with."""
+        return self._writer.wait()
 
-        ``latest_row`` is this generation's metrics row, not yet in ``metrics.jsonl``.
+    def _stage_checkpoint(self) -> dict[str, dict[str, torch.Tensor]]:
+        """This generation's tensors as the checkpoint holds them, copied out of the live ones."""
+        staged = self._staging.capture(
+            {"population": self.population.state_tensors(), "replay": self.buffer.storage},
+            rows={"replay": self.buffer.size},
+        )
+        return {
+            "population": staged["population"],
+            "replay": self.buffer.state_dict(staged["replay"]),
+            "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies already
+        }
+
+    def save_checkpoint(self, tensors: dict[str, dict[str, torch.Tensor]], *, latest_row: dict[str, Any]) -> None:
+        """Start writing this generation (``tensors`` from ``_stage_checkpoint``) on the writer thread.
+
+        ``latest_row`` is this generation's metrics row; it reaches ``metrics.jsonl`` once the generation is
+        committed, with the write's own duration (``checkpoint_write_s``).
         """
-        history = jsonl.read_rows(self.metrics_path) + ([jsonl.finite_or_null(latest_row)] if latest_row else [])
         state = {
             "format_version": checkpoint.FORMAT_VERSION,
             "generation": self.generation,
@@ -511,22 +540,22 @@ class Trainer:
             "config": self.config.to_dict(),
             "device": describe_device(self.device),
         }
-        path = checkpoint.write_generation(
-            self.run_dir,
-            self.generation,
-            tensors={
-                "population": self.population.state_tensors(),
-                "replay": self.buffer.state_dict(),
-                "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},
-            },
-            documents={"state": state, "history": history},
-        )
-        checkpoint.prune_generations(
-            self.run_dir, keep_last=self.config.checkpoint.keep_last, protect={self.champion_generation}
-        )
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(self.generation, {self.champion_generation})
-        return path
+        # Everything the writer reads is fixed here: the loop changes the trainer's fields while it writes.
+        generation, protect, row = self.generation, {self.champion_generation}, dict(latest_row)
+
+        def write() -> None:
+            start = time.perf_counter()
+            history = [*jsonl.read_rows(self.metrics_path), jsonl.finite_or_null(row)]
+            checkpoint.write_generation(
+                self.run_dir, generation, tensors=tensors, documents={"state": state, "history": history}
+            )
+            checkpoint.prune_generations(self.run_dir, keep_last=self.config.checkpoint.keep_last, protect=protect)
+            # The row reaches metrics.jsonl only once its generation is committed.
+            jsonl.append_row(self.metrics_path, {**row, "checkpoint_write_s": time.perf_counter() - start})
+            if self.on_checkpoint is not None:
+                self.on_checkpoint(generation, protect)
+
+        self._writer.start(write)
 
     def _load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
         for name in HOST_STREAMS:

@@ -49,7 +49,15 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "replay_bytes",
         "replay_transitions",
     ),
-    "time": ("generation_s", "evaluate_s", "validate_s", "evolve_s", "update_s", "checkpoint_s"),
+    "time": (
+        "generation_s",
+        "evaluate_s",
+        "validate_s",
+        "evolve_s",
+        "update_s",
+        "checkpoint_s",
+        "checkpoint_write_s",
+    ),
 }
 _TAGS.update({key: f"{group}/{key}" for group, keys in _GROUPS.items() for key in keys})
 

@@ -1,0 +1,124 @@
+"""Checkpoints off the training loop's critical path.
+
+A generation's checkpoint is hundreds of megabytes at the ``paper`` preset. Serialising, hashing, writing and
+fsyncing that inline leaves the accelerator idle, so the loop only copies the tensors into staging buffers
+(``StagingBuffers``: allocated once, pinned on CUDA) and hands the rest to a writer thread (``CheckpointWriter``).
+Training of the next generation then changes the live tensors, never the staged copies, so the files hold the
+generation exactly as it was when it was staged, and bit-exact resume is unchanged.
+
+At most one write is in flight: the next checkpoint, the end of the run, a stop and anything else that needs the
+files waits for it first, and an error it raised comes out there, in the training thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+
+class StagingBuffers:
+    """Host copies of a checkpoint's tensors, allocated at the first ``capture`` with the full shape of each source
+    and reused by every later one.
+
+    On CUDA they are pinned, so the device-to-host copies run asynchronously and the loop waits for them once.
+
+    Args:
+        device: the training device the sources live on.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.pinned = self.device.type == "cuda"
+        self._buffers: dict[str, dict[str, torch.Tensor]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of staging memory allocated so far."""
+        return sum(t.numel() * t.element_size() for group in self._buffers.values() for t in group.values())
+
+    @torch.no_grad()
+    def capture(
+        self, groups: dict[str, dict[str, torch.Tensor]], *, rows: dict[str, int] | None = None
+    ) -> dict[str, dict[str, torch.Tensor]]:
+        """Copy every tensor of ``groups`` into its staging buffer; returns the staged copies, complete.
+
+        Args:
+            groups: group name -> key -> source tensor; the same names, shapes and dtypes at every call.
+            rows: for a group named here, only the first ``rows[group]`` rows of each tensor are copied and
+                returned (the filled part of a ring whose buffers have its full capacity).
+
+        The staged copies stay valid until the next ``capture``.
+        """
+        rows = rows or {}
+        staged: dict[str, dict[str, torch.Tensor]] = {}
+        for name, group in groups.items():
+            buffers = self._buffers.setdefault(name, {})
+            count = rows.get(name)
+            staged[name] = {}
+            for key, source in group.items():
+                buffer = buffers.get(key)
+                if buffer is None:
+                    buffer = torch.empty(source.shape, dtype=source.dtype, pin_memory=self.pinned)
+                    buffers[key] = buffer
+                elif buffer.shape != source.shape or buffer.dtype != source.dtype:
+                    raise ValueError(
+                        f"{name}.{key} is {source.dtype} {tuple(source.shape)}, its staging buffer "
+                        f"{buffer.dtype} {tuple(buffer.shape)}: checkpointed tensors must keep their shapes"
+                    )
+                if count is not None:
+                    buffer, source = buffer[:count], source[:count]
+                buffer.copy_(source, non_blocking=self.pinned)
+                staged[name][key] = buffer
+        if self.pinned:  # the one wait: every copy above was queued on this stream
+            torch.cuda.current_stream(self.device).synchronize()
+        return staged
+
+
+class CheckpointWriter:
+    """Runs one checkpoint write at a time on a thread of its own.
+
+    ``start`` first waits for the write before it, so at most one is in flight and the staging buffers it reads
+    are free again once ``start`` returns. The thread is joined by every ``wait``; nothing outlives it.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        """True while a write has been started and not yet waited for."""
+        return self._thread is not None
+
+    def start(self, write: Callable[[], None]) -> None:
+        """Wait for the write in flight (raising its error), then run ``write`` on a new thread."""
+        self.wait()
+        # Not a daemon: an interpreter that exits without waiting still lets the write finish.
+        self._thread = threading.Thread(target=self._run, args=(write,), name="checkpoint-writer")
+        self._thread.start()
+
+    def wait(self) -> float:
+        """Block until the write in flight, if any, has finished; seconds waited.
+
+        Raises:
+            The exception the write raised, if it failed (once: the writer is idle and usable again after).
+        """
+        if self._thread is None:
+            return 0.0
+        start = time.perf_counter()
+        self._thread.join()
+        self._thread = None
+        waited = time.perf_counter() - start
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return waited
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as error:  # handed to the training thread by wait(), never dropped
+            self._error = error
