@@ -9,7 +9,10 @@ no hook. The moments, in the order a generation is written:
 * ``latest-written``: ``LATEST`` names the new generation.
 
 ``install("renamed@3")`` pauses only while generation 3 is written (``"renamed"``: any generation): it creates
-``RUN_DIR/.paused-<moment>`` and sleeps until killed. Run as a script, it installs the pause and runs ``main.py``:
+``RUN_DIR/.paused-<moment>`` and sleeps until killed. The write runs on the checkpoint writer's thread, so the
+training loop goes on meanwhile; to tell how far, ``RUN_DIR/.recording-<N>`` is created when generation N's record
+phase begins (after its training, before it waits for the write in flight). Run as a script, it installs the pause
+and runs ``main.py``:
 
     python tests/pause_points.py renamed@3 --preset smoke ...
 """
@@ -27,6 +30,7 @@ _TMP_DIR = re.compile(r"\.gen-(\d+)\.tmp-\d+")
 
 
 def install(spec: str) -> None:
+    from training.trainer import Trainer
     from utils import checkpoint
 
     moment, _, only = spec.partition("@")
@@ -62,6 +66,13 @@ def install(spec: str) -> None:
         write_latest(run_dir, generation)
         pause(Path(run_dir), generation, "latest-written")
 
+    record = Trainer._record
+
+    def say_then_record(trainer: Trainer, *args, **kwargs):
+        (trainer.run_dir / f".recording-{trainer.generation}").touch()
+        return record(trainer, *args, **kwargs)
+
+    Trainer._record = say_then_record
     checkpoint._write_durably = write_durably_then_pause
     checkpoint._fsync_dir = fsync_dir_then_pause
     checkpoint.write_latest = write_latest_between_pauses

@@ -87,11 +87,12 @@ def assert_same_end(run_dir: Path, reference: Path) -> None:
         ("latest-written@3", [1, 2, 3]),
     ],
 )
-def test_sigkill_while_writing_a_checkpoint(tmp_path, reference, pause, complete_after_kill):
+def test_sigkill_while_writing_a_checkpoint_in_the_background(tmp_path, reference, pause, complete_after_kill):
     root = tmp_path / "runs"
     process = start(root, "r", "--generations", str(GENERATIONS), pause=pause)
     marker = root / "r" / f".paused-{pause.split('@')[0]}"
-    wait_for(marker.exists)
+    # Killed once generation 4 has trained on while generation 3's write is paused (the loop then waits for it).
+    wait_for(lambda: marker.exists() and (root / "r" / f".recording-{GENERATIONS}").exists())
     process.kill()
     process.communicate()
     run_dir = root / "r"
