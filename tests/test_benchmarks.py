@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import throughput
+from benchmarks import checkpoint_blocking, throughput
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
 from models.ddpg import ddpg_update
@@ -95,3 +95,14 @@ def test_the_report_has_the_promised_shape(capsys):
     assert set(report["update_efficiency"]) == {"default", "paper"}
     assert all(e["efficiency"] > 0 for e in report["update_efficiency"].values())
     assert len(report["stability"]["steps_per_s"]) == 7 - throughput.WARMUP_GENERATIONS
+
+
+def test_the_checkpoint_blocking_report_has_the_promised_shape(capsys):
+    tiny = ["ddpg.buffer_size=2000", "env.lookback=8", "env.episode_days=16", "model.encoder_hidden=8"]
+    checkpoint_blocking.main(["--checkpoints", "2", "--train-s", "0", *(f"--set={s}" for s in tiny), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    for path in ("synchronous", "staged", "background_write"):
+        assert len(report[path]["each_s"]) == 2 and report[path]["max_s"] >= report[path]["median_s"] > 0
+    assert report["staging_bytes"] == report["population_bytes"] + report["replay_bytes"]
+    assert report["checkpoint_bytes"] > report["staging_bytes"]
+    assert report["median_ratio"] == pytest.approx(report["synchronous"]["median_s"] / report["staged"]["median_s"])

@@ -410,12 +410,8 @@ class Trainer:
             **durations,
             **self._telemetry(),
         }
-        start = time.perf_counter()
-        staged = self._stage_checkpoint()
-        # What the loop blocked for: the wait for the previous write and the copy into the staging buffers.
-        row["checkpoint_s"] = waited + time.perf_counter() - start
-        row["generation_s"] = sum(durations.values()) + row["checkpoint_s"]
-        self.save_checkpoint(staged, latest_row=row)
+        row["generation_s"] = sum(durations.values())
+        self.save_checkpoint(row, waited=waited)
         self.log(self.format_line(row))
         return row
 
@@ -502,8 +498,9 @@ class Trainer:
         seconds waited. Raises the error the write failed with."""
         return self._writer.wait()
 
-    def _stage_checkpoint(self) -> dict[str, dict[str, torch.Tensor]]:
-        """This generation's tensors as the checkpoint holds them, copied out of the live ones."""
+    def _staged_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+        """This generation's tensor groups as the checkpoint holds them, copied out of the live tensors into the
+        staging buffers (free only once no write is in flight)."""
         staged = self._staging.capture(
             {"population": self.population.state_tensors(), "replay": self.buffer.storage},
             rows={"replay": self.buffer.size},
@@ -514,13 +511,9 @@ class Trainer:
             "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies already
         }
 
-    def save_checkpoint(self, tensors: dict[str, dict[str, torch.Tensor]], *, latest_row: dict[str, Any]) -> None:
-        """Start writing this generation (``tensors`` from ``_stage_checkpoint``) on the writer thread.
-
-        ``latest_row`` is this generation's metrics row; it reaches ``metrics.jsonl`` once the generation is
-        committed, with the write's own duration (``checkpoint_write_s``).
-        """
-        state = {
+    def state_document(self) -> dict[str, Any]:
+        """The checkpoint's ``state.json``: the run's scalars, where the data came from, the config and the device."""
+        return {
             "format_version": checkpoint.FORMAT_VERSION,
             "generation": self.generation,
             "champion_score": self.champion_score if math.isfinite(self.champion_score) else None,
@@ -540,18 +533,34 @@ class Trainer:
             "config": self.config.to_dict(),
             "device": describe_device(self.device),
         }
+
+    def save_checkpoint(self, latest_row: dict[str, Any], *, waited: float = 0.0) -> None:
+        """Stage this generation and start writing it on the writer thread; returns once the live tensors are free
+        to change again.
+
+        ``latest_row`` is this generation's metrics row. It gains ``checkpoint_s``, what the loop blocked for (the
+        wait for the write before, ``waited`` seconds of it spent earlier by the caller, and the staging copy), which
+        is added to its ``generation_s``. It reaches ``metrics.jsonl`` once the generation is committed, with the
+        write's own duration (``checkpoint_write_s``); the checkpoint's history holds it without that field.
+        """
+        start = time.perf_counter()
+        self.wait_for_checkpoint()  # the staging buffers belong to the write in flight until it is done
+        tensors = self._staged_tensors()
+        state = self.state_document()
+        latest_row["checkpoint_s"] = waited + time.perf_counter() - start
+        latest_row["generation_s"] = latest_row.get("generation_s", 0.0) + latest_row["checkpoint_s"]
         # Everything the writer reads is fixed here: the loop changes the trainer's fields while it writes.
         generation, protect, row = self.generation, {self.champion_generation}, dict(latest_row)
 
         def write() -> None:
-            start = time.perf_counter()
+            started = time.perf_counter()
             history = [*jsonl.read_rows(self.metrics_path), jsonl.finite_or_null(row)]
             checkpoint.write_generation(
                 self.run_dir, generation, tensors=tensors, documents={"state": state, "history": history}
             )
             checkpoint.prune_generations(self.run_dir, keep_last=self.config.checkpoint.keep_last, protect=protect)
             # The row reaches metrics.jsonl only once its generation is committed.
-            jsonl.append_row(self.metrics_path, {**row, "checkpoint_write_s": time.perf_counter() - start})
+            jsonl.append_row(self.metrics_path, {**row, "checkpoint_write_s": time.perf_counter() - started})
             if self.on_checkpoint is not None:
                 self.on_checkpoint(generation, protect)
 

@@ -1,0 +1,188 @@
+"""How long the training loop blocks for a checkpoint, before and after staging, side by side in one run.
+
+    python benchmarks/checkpoint_blocking.py              # the paper preset's shape on the CPU; about 2 minutes
+    python benchmarks/checkpoint_blocking.py --json
+    python benchmarks/checkpoint_blocking.py --set ddpg.buffer_size=100000 --checkpoints 3
+
+One trainer at the ``paper`` preset (32 agents, lookback 252, a million-transition ring) on the bundled data and the
+CPU. Collecting a million transitions at this shape would take hours on a CPU, so the ring is filled to capacity
+with random transitions of the right dtypes: the bytes written, hashed and copied are the same. Then, in the same
+process and run folder:
+
+* synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, retention and
+  the metrics row, everything the loop used to block for;
+* staged: ``Trainer.save_checkpoint``, the loop's own path: the wait for the write before (if any), the copy into the
+  staging buffers, the start of the writer thread. Between two staged checkpoints the benchmark sleeps
+  ``--train-s`` seconds in place of a generation's training (a paper generation on this CPU takes many minutes, on a
+  GPU the write then overlaps it); with ``--train-s 0`` each checkpoint comes right after the one before and waits
+  for its whole write.
+
+The first staged checkpoint allocates the staging buffers (their pages are touched for the first time): it is
+part of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from config import Config, override, parse_assignments, preset
+from training.runs import load_market
+from training.trainer import HOST_STREAMS, Trainer
+from utils import checkpoint, jsonl
+from utils.telemetry import format_bytes
+
+
+def paper_config(settings: dict[str, str]) -> Config:
+    return override(preset("paper"), {"runtime.device": "cpu", "runtime.progress": False, **settings})
+
+
+@torch.no_grad()
+def fill_ring(trainer: Trainer, generator: torch.Generator) -> None:
+    """Random transitions in every slot of the ring, of the dtypes and ranges it holds, and the ring marked full."""
+    buffer = trainer.buffer
+    days = trainer.market.splits.train
+    for key, tensor in buffer.storage.items():
+        if key == "days":
+            tensor.copy_(torch.randint(days.start, days.stop - 1, tensor.shape, generator=generator))
+        elif tensor.dtype == torch.bool:
+            tensor.copy_(torch.rand(tensor.shape, generator=generator) < 0.01)
+        else:
+            tensor.copy_(torch.rand(tensor.shape, generator=generator))
+    buffer.size, buffer.pos = buffer.capacity, 0
+
+
+def row_of(trainer: Trainer) -> dict[str, Any]:
+    """A stand-in metrics row (the checkpoint writes it into the history and the metrics file)."""
+    return {"generation": trainer.generation, "generation_s": 0.0}
+
+
+def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
+    """The loop's checkpoint before staging: written inline from the live tensors."""
+    tensors = {
+        "population": trainer.population.state_tensors(),
+        "replay": trainer.buffer.state_dict(),
+        "rng": {name: trainer.generators[name].get_state() for name in HOST_STREAMS},
+    }
+    history = [*jsonl.read_rows(trainer.metrics_path), row]
+    checkpoint.write_generation(
+        trainer.run_dir,
+        trainer.generation,
+        tensors=tensors,
+        documents={"state": trainer.state_document(), "history": history},
+    )
+    keep_last = trainer.config.checkpoint.keep_last
+    checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion_generation})
+    jsonl.append_row(trainer.metrics_path, row)
+
+
+def summary(seconds: list[float]) -> dict[str, Any]:
+    return {"each_s": seconds, "median_s": statistics.median(seconds), "max_s": max(seconds)}
+
+
+def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, Any]:
+    market = load_market(config, torch.device("cpu"))
+    with tempfile.TemporaryDirectory(prefix="checkpoint-blocking-") as scratch:
+        trainer = Trainer(config, market, Path(scratch), log=lambda line: None)
+        fill_ring(trainer, torch.Generator().manual_seed(0))
+
+        synchronous = []
+        for _ in range(checkpoints):
+            trainer.generation += 1
+            start = time.perf_counter()
+            synchronous_checkpoint(trainer, row_of(trainer))
+            synchronous.append(time.perf_counter() - start)
+        folder = trainer.run_dir / checkpoint.generation_dirname(trainer.generation)
+        written = sum(entry.stat().st_size for entry in folder.iterdir())
+
+        staged = []
+        for index in range(checkpoints):
+            if index:
+                time.sleep(train_s)  # the next generation's training, during which the write goes on
+            trainer.generation += 1
+            start = time.perf_counter()
+            trainer.save_checkpoint(row_of(trainer))
+            staged.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        trainer.wait_for_checkpoint()
+        final_wait = time.perf_counter() - start
+        rows = jsonl.read_rows(trainer.metrics_path)[checkpoints:]
+    return {
+        "shape": {
+            "preset": "paper",
+            "device": "cpu",
+            "assets": market.num_assets,
+            "lookback": config.env.lookback,
+            "popsize": config.evolution.popsize,
+            "encoder_hidden": config.model.encoder_hidden,
+            "buffer_size": config.ddpg.buffer_size,
+            "keep_last": config.checkpoint.keep_last,
+        },
+        "checkpoint_bytes": written,
+        "population_bytes": sum(t.numel() * t.element_size() for t in trainer.population.state_tensors().values()),
+        "replay_bytes": trainer.buffer.nbytes,
+        "staging_bytes": trainer._staging.nbytes,
+        "train_s": train_s,
+        "synchronous": summary(synchronous),
+        "staged": summary(staged),
+        "background_write": summary([row["checkpoint_write_s"] for row in rows]),
+        "final_wait_s": final_wait,
+        "median_ratio": statistics.median(synchronous) / statistics.median(staged),
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    s = r["shape"]
+
+    def line(name: str, figures: dict[str, Any]) -> str:
+        each = ", ".join(f"{value:.3f}" for value in figures["each_s"])
+        return f"{name:<34} median {figures['median_s']:7.3f} s   max {figures['max_s']:7.3f} s   ({each})"
+
+    return "\n".join(
+        [
+            f"shape: {s['preset']} preset on {s['device']}: {s['assets']} assets, lookback {s['lookback']}, "
+            f"{s['popsize']} agents, encoder {s['encoder_hidden']}, ring {s['buffer_size']:,} transitions (full), "
+            f"keep_last {s['keep_last']}",
+            f"a checkpoint: {format_bytes(r['checkpoint_bytes'])} on disk (population "
+            f"{format_bytes(r['population_bytes'])}, ring {format_bytes(r['replay_bytes'])}); staging buffers "
+            f"{format_bytes(r['staging_bytes'])}, allocated once",
+            f"time between staged checkpoints (stands for training): {r['train_s']:.1f} s",
+            "",
+            "the training loop blocks for:",
+            line("  synchronous (write_generation)", r["synchronous"]),
+            line("  staged (copy + start the write)", r["staged"]),
+            f"  ratio of the medians: {r['median_ratio']:.1f}x",
+            "",
+            line("the background write itself", r["background_write"]),
+            f"the wait at the end of the run for the last write: {r['final_wait_s']:.3f} s",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--checkpoints", type=int, default=5, help="checkpoints each way (default 5)")
+    parser.add_argument(
+        "--train-s", type=float, default=10.0, help="seconds between staged checkpoints, for training (default 10)"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    args = parser.parse_args(argv)
+    config = paper_config(parse_assignments(args.set))
+    result = measure(config, checkpoints=args.checkpoints, train_s=args.train_s)
+    print(json.dumps(result, indent=1) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
