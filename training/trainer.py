@@ -280,7 +280,9 @@ class Trainer:
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Run generations until ``self.generation == until``, checkpointing each one.
 
-        Returns, or raises (``RunStopped`` included), only once the last checkpoint it started is committed.
+        ``on_generation`` gets each generation's row once its checkpoint is staged, while the write may still be
+        in flight. Returns, or raises (``RunStopped`` included), only once the last checkpoint it started is
+        committed.
         """
         try:
             while self.generation < until:
