@@ -6,8 +6,9 @@ with nothing from the ``tensorboard`` package but its protobufs and event file w
 TensorFlow-free ``Writer`` takes scalars only; its image and text summaries need TensorFlow.
 
 A metrics row is turned into tags grouped by what they measure (``fitness/``, ``validation/``, ``loss/``,
-``memory/``, ``speed/``, ``time/``, and ``other/`` for any numeric field not named here), so TensorBoard shows
-one section per group. Missing, null and non-finite values are skipped, never written as gaps or zeros.
+``memory/``, ``speed/``, ``time/`` for any other field whose name ends in ``_s`` (seconds), and ``other/`` for any
+other numeric field), so TensorBoard shows one section per group. Missing, null and non-finite values are skipped,
+never written as gaps or zeros.
 """
 
 from __future__ import annotations
@@ -49,15 +50,6 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "replay_bytes",
         "replay_transitions",
     ),
-    "time": (
-        "generation_s",
-        "evaluate_s",
-        "validate_s",
-        "evolve_s",
-        "update_s",
-        "checkpoint_s",
-        "checkpoint_write_s",
-    ),
 }
 _TAGS.update({key: f"{group}/{key}" for group, keys in _GROUPS.items() for key in keys})
 
@@ -75,10 +67,16 @@ def _finite(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _tag(key: str) -> str:
+    if key in _TAGS:
+        return _TAGS[key]
+    return f"time/{key}" if key.endswith("_s") else f"other/{key}"
+
+
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     """The TensorBoard scalars of one metrics row, by tag: the row's finite numbers and the fitness spread."""
     values = {key: _finite(value) for key, value in row.items() if key != "generation"}
-    out = {_TAGS.get(key, f"other/{key}"): value for key, value in values.items() if value is not None}
+    out = {_tag(key): value for key, value in values.items() if value is not None}
     best, worst = values.get("best_fitness"), values.get("worst_fitness")
     if best is not None and worst is not None:
         out["fitness/spread"] = best - worst

@@ -97,6 +97,12 @@ def test_scalars_of_a_row_need_no_tensorboard():
         "fitness/worst": 0.25,
         "fitness/spread": 0.75,
     }
+    # Durations go to time/ by their unit, a new one (the background checkpoint write's) included; speeds do not.
+    assert scalars({"checkpoint_write_s": 2.0, "env_steps_per_s": 8.0, "updates": 4}) == {
+        "time/checkpoint_write_s": 2.0,
+        "speed/env_steps_per_s": 8.0,
+        "other/updates": 4.0,
+    }
 
 
 def test_a_png_becomes_an_image_of_its_size(tmp_path):
