@@ -88,11 +88,6 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    @property
-    def busy(self) -> bool:
-        """True while a write has been started and not yet waited for."""
-        return self._thread is not None
-
     def start(self, write: Callable[[], None]) -> None:
         """Wait for the write in flight (raising its error), then run ``write`` on a new thread."""
         self.wait()
