@@ -51,14 +51,28 @@ def available_bytes(device: torch.device) -> int:
     return psutil.virtual_memory().available
 
 
+STAGED = ("replay ring", "population")
+"""The allocations ``training.checkpointing`` copies into host staging buffers of the same size."""
+
+
 def check_memory(config: Config, market: Market) -> None:
-    """A one-line ConfigError when the run's storage cannot fit in the memory of the market's device."""
+    """A one-line ConfigError when the run's storage cannot fit in the memory of the market's device, or its
+    checkpoint staging buffers in the host's."""
     needs = storage_bytes(config, num_assets=market.num_assets, num_features=market.num_features)
+    staged = {f"{name}, staged for checkpoints": size for name, size in needs.items() if name.startswith(STAGED)}
+    if market.device.type == "cpu":  # one memory for both: every staged allocation counts twice
+        needs = {name: size * (2 if name.startswith(STAGED) else 1) for name, size in needs.items()}
+    else:
+        _require_fits(staged, torch.device("cpu"))
+    _require_fits(needs, market.device)
+
+
+def _require_fits(needs: dict[str, int], device: torch.device) -> None:
     total = sum(needs.values())
-    free = available_bytes(market.device)
+    free = available_bytes(device)
     if total > free:
         largest = max(needs, key=needs.__getitem__)
         raise ConfigError(
             f"this config needs at least {format_bytes(total)} of memory, {format_bytes(needs[largest])} of it for "
-            f"the {largest}, but {market.device.type} has {format_bytes(free)} free; lower those settings"
+            f"the {largest}, but {device.type} has {format_bytes(free)} free; lower those settings"
         )
