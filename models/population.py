@@ -109,33 +109,11 @@ class Population:
                 raise ValueError(f"{key}: shape {tuple(tensors[key].shape)} != {tuple(target.shape)}")
             target.copy_(tensors[key])
 
-    def agent_state_dict(self, index: int) -> dict[str, torch.Tensor]:
-        """Agent ``index``'s actor, critic, targets and optimiser moments, as detached copies."""
-        return {key: tensor[index].detach().clone() for key, tensor in self.agent_tensors().items()}
-
-    @torch.no_grad()
-    def load_agent_state_dict(self, index: int, state: dict[str, torch.Tensor]) -> None:
-        """Write an ``agent_state_dict`` into slot ``index``, in place."""
-        own = self.agent_tensors()
-        if set(own) != set(state):
-            raise KeyError("agent state keys do not match the population")
-        for key, tensor in own.items():
-            tensor[index].copy_(state[key])
-
-    @torch.no_grad()
-    def clone_agent(self, source: int, target: int) -> None:
-        """Slot ``target`` becomes an exact copy of slot ``source``, in place."""
-        for tensor in self.agent_tensors().values():
-            tensor[target].copy_(tensor[source])
-
     @torch.no_grad()
     def crown(self, index: int) -> None:
         """Copy agent ``index``'s actor into the champion slot."""
         for champion, actor in zip(self.champion.parameters(), self.actor.parameters()):
             champion[0].copy_(actor[index])
-
-    def num_parameters(self) -> int:
-        return sum(t.numel() for t in self.state_tensors().values())
 
     def _modules(self) -> dict[str, torch.nn.Module]:
         return {
