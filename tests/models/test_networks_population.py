@@ -106,17 +106,6 @@ def test_actor_outputs_are_on_the_simplex(shared_windows):
 # --------------------------------------------------------------------------- population
 
 
-def _module_params(population: Population) -> dict[str, list[int]]:
-    modules = {
-        "actor": population.actor,
-        "critic": population.critic,
-        "actor_target": population.actor_target,
-        "critic_target": population.critic_target,
-        "champion": population.champion,
-    }
-    return {name: [id(p) for p in module.parameters()] for name, module in modules.items()}
-
-
 def test_agent_tensors_are_every_per_agent_state_and_nothing_else():
     population = _population()
     agent_keys = set(population.agent_tensors())
