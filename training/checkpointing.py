@@ -12,6 +12,7 @@ files waits for it first, and an error it raised comes out there, in the trainin
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -78,22 +79,31 @@ class StagingBuffers:
 
 
 class CheckpointWriter:
-    """Runs one checkpoint write at a time on a thread of its own.
+    """Runs checkpoint writes one at a time on one thread that lives until ``close``.
 
     ``start`` first waits for the write before it, so at most one is in flight and the staging buffers it reads
-    are free again once ``start`` returns. The thread is joined by every ``wait``; nothing outlives it.
+    are free again once ``start`` returns. One long-lived thread, not one per write: the allocator then keeps
+    serving the writes from the same memory, and the process's resident size stays flat from one generation to
+    the next (a thread per write made it step now and then). The thread is a daemon so that a process never hangs
+    on it at exit; every end of a run waits for the write in flight (``Trainer.run``, ``Run.finish``), and a
+    process killed mid-write leaves the previous generation complete, as any crash does.
     """
 
     def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def start(self, write: Callable[[], None]) -> None:
-        """Wait for the write in flight (raising its error), then run ``write`` on a new thread."""
+        """Wait for the write in flight (raising its error), then run ``write`` on the writer thread."""
         self.wait()
-        # Not a daemon: an interpreter that exits without waiting still lets the write finish.
-        self._thread = threading.Thread(target=self._run, args=(write,), name="checkpoint-writer")
-        self._thread.start()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="checkpoint-writer", daemon=True)
+            self._thread.start()
+        self._idle.clear()
+        self._jobs.put(write)
 
     def wait(self) -> float:
         """Block until the write in flight, if any, has finished; seconds waited.
@@ -101,19 +111,31 @@ class CheckpointWriter:
         Raises:
             The exception the write raised, if it failed (once: the writer is idle and usable again after).
         """
-        if self._thread is None:
-            return 0.0
-        start = time.perf_counter()
-        self._thread.join()
-        self._thread = None
-        waited = time.perf_counter() - start
+        waited = 0.0
+        if not self._idle.is_set():
+            start = time.perf_counter()
+            self._idle.wait()
+            waited = time.perf_counter() - start
         error, self._error = self._error, None
         if error is not None:
             raise error
         return waited
 
-    def _run(self, write: Callable[[], None]) -> None:
+    def close(self) -> None:
+        """Wait for the write in flight, then end the thread (a later ``start`` begins a new one)."""
         try:
-            write()
-        except BaseException as error:  # handed to the training thread by wait(), never dropped
-            self._error = error
+            self.wait()
+        finally:
+            if self._thread is not None:
+                self._jobs.put(None)
+                self._thread.join()
+                self._thread = None
+
+    def _serve(self) -> None:
+        while (write := self._jobs.get()) is not None:
+            try:
+                write()
+            except BaseException as error:  # handed to the training thread by wait(), never dropped
+                self._error = error
+            finally:
+                self._idle.set()

@@ -79,7 +79,7 @@ class Run:
         """Wait for the last checkpoint write, then for the last uploads (at most ``timeout`` seconds), and say what
         reached the bucket. A failed write is raised after the uploads of the generations before it."""
         try:
-            self.trainer.wait_for_checkpoint()
+            self.trainer.finish_checkpoints()
         finally:
             summary = self._finish_uploads(timeout=timeout, progress=progress)
         return summary

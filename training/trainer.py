@@ -291,7 +291,7 @@ class Trainer:
                 if on_generation is not None:
                     on_generation(row)
         finally:
-            self.wait_for_checkpoint()
+            self.finish_checkpoints()
 
     def run_generation(self) -> dict[str, Any]:
         """One generation: evaluate, validate and crown, evolve, update, record (each phase a method below)."""
@@ -499,6 +499,11 @@ class Trainer:
         """Block until the checkpoint being written, if any, is committed and its row is in ``metrics.jsonl``;
         seconds waited. Raises the error the write failed with."""
         return self._writer.wait()
+
+    def finish_checkpoints(self) -> None:
+        """Wait for the checkpoint in flight (raising its error) and end the writer thread; a later checkpoint
+        starts a new one."""
+        self._writer.close()
 
     def _staged_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
         """This generation's tensor groups as the checkpoint holds them, copied out of the live tensors into the

@@ -96,7 +96,7 @@ def test_the_writer_runs_one_write_at_a_time_and_raises_its_error_once_in_the_ca
     writer.start(lambda: order.append("second"))
     assert order[:1] == ["first"]  # start returned only once the first write was done
     writer.wait()
-    assert order == ["first", "second"] and not writer_threads()
+    assert order == ["first", "second"] and len(writer_threads()) == 1  # one thread serves every write
 
     def fails() -> None:
         raise OSError("no space left on device")
@@ -105,7 +105,10 @@ def test_the_writer_runs_one_write_at_a_time_and_raises_its_error_once_in_the_ca
     with pytest.raises(OSError, match="no space left"):
         writer.start(lambda: order.append("never"))
     assert writer.wait() == 0.0  # raised once; the writer is idle again
-    assert "never" not in order and not writer_threads()
+    assert "never" not in order
+    writer.start(lambda: order.append("after the error"))
+    writer.close()
+    assert order[-1] == "after the error" and not writer_threads()
 
 
 # --------------------------------------------------------------------------------------------- in the trainer
