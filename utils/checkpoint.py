@@ -158,9 +158,12 @@ def _tensor_group_bytes(name: str, group: dict[str, torch.Tensor]) -> bytes:
 
     The format is an 8-byte little-endian header length, a JSON header (dtype, shape and byte range of each
     tensor, space-padded to 8 bytes) and the raw little-endian bytes in header order. Writing it directly
-    leaves no reference cycles behind (the library's writer leaves ctypes cycles for the collector on every
-    tensor), so a healthy run's object count stays exactly flat. Reading still goes through the safetensors
-    parser, and a test checks the two agree.
+    leaves no reference cycles behind, so a healthy run's object count stays exactly flat; the library's
+    writer leaves two objects for the collector per tensor and call (a ``ctypes.cast`` pointer whose
+    ``_objects`` dict holds it): ``benchmarks/safetensors_cycles.py``, safetensors 0.8.0, 6 tensors, 100 calls
+    after 20: ``save`` and ``save_file`` 1,200 unreachable, this writer 0. The library also refuses tensors that
+    share memory, which this writer copies out. Reading still goes through the safetensors parser, and a test
+    checks the two agree.
     """
     if not isinstance(group, dict):
         raise ValueError(f"tensor group {name!r} must be a dict of str to torch.Tensor, got {type(group).__name__}")

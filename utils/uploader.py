@@ -1,8 +1,16 @@
 """Checkpoints reach the bucket in the background: the trainer writes each generation locally, hands it over, moves on.
 
-The queue is two slots, not a list: at most one generation uploading and one waiting. ``submit`` puts a generation in
-the waiting slot, replacing an older one that had not started (invariant 7 of the design). One daemon thread does
-the uploads; the trainer waits on the network only in ``flush``.
+The rule, for a trainer that may finish generations faster than they upload:
+
+* two slots, not a list: at most one generation uploading and one waiting. ``submit`` puts a generation in the
+  waiting slot and abandons the one it replaces (newest wins: the bucket wants the latest state, not every state).
+* a failed upload is retried with backoff (``retry_delay`` doubling up to ``max_retry_delay``) until a newer
+  generation waits; then it is abandoned for that one. A generation whose local folder has gone is skipped.
+* after each upload, retention keeps in the bucket the newest ``keep_last`` complete generations (at least one), the
+  one ``LATEST`` names and those ``submit`` was told to protect (the champion's); the rest older than ``LATEST`` go,
+  with the incomplete leftovers of abandoned uploads.
+
+One daemon thread does the uploads; the trainer waits on the network only in ``flush``.
 
 One generation reaches the bucket in the order that keeps the bucket consistent at every moment::
 
@@ -14,19 +22,14 @@ One generation reaches the bucket in the order that keeps the bucket consistent 
     RUN/LATEST                       "gen-NNNNNN\\n", a compare-and-swap on the object generation read just before;
                                      never moved backwards (a LATEST naming a newer generation is left alone)
 
-so ``LATEST`` never names a generation whose files are not all there. Then retention: generations older than the one
-``LATEST`` names are deleted (manifest first) unless they are among the newest ``keep_last`` complete ones (at least
-the newest complete one) or in ``protect``; incomplete leftovers of abandoned uploads older than it go too.
-
-Failures (the network, the service, a local folder rewritten meanwhile) are retried with exponential backoff from
-``retry_delay`` while nothing newer waits; once a newer generation waits, the failed one is abandoned for it. A local
-generation folder that has vanished (pruned locally) is skipped as obsolete.
+so ``LATEST`` never names a generation whose files are not all there; retention deletes a manifest before its files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -54,6 +57,15 @@ _HASH_CHUNK = 1024 * 1024
 _SMALL_OBJECT = 8 * 1024 * 1024  # up to this, metrics go up from memory in one request
 _LATEST_ATTEMPTS = 8
 _MAX_ERROR_TEXT = 200
+_COUNTERS = (
+    "generations_uploaded",
+    "generations_abandoned",
+    "files_uploaded",
+    "files_skipped",
+    "bytes_uploaded",
+    "failures",
+    "generations_deleted",
+)
 
 
 def _describe(err: BaseException) -> str:
@@ -159,22 +171,15 @@ class CheckpointUploader:
         self._log_line = log
 
         self._cond = threading.Condition()
-        # The whole queue: one slot uploading, one waiting.
+        # The whole queue: one slot uploading, one waiting; then the upload's progress and fixed counters.
         self._waiting: _Job | None = None
         self._uploading: int | None = None
         self._closed = False
         self._config_sent = False
-        # Progress of the generation uploading, and counters: scalars only.
         self._bytes_total = 0
         self._bytes_done = 0
         self._last_uploaded: int | None = None
-        self._generations_uploaded = 0
-        self._generations_abandoned = 0
-        self._files_uploaded = 0
-        self._files_skipped = 0
-        self._bytes_uploaded = 0
-        self._failures = 0
-        self._generations_deleted = 0
+        self._counts = dict.fromkeys(_COUNTERS, 0)
 
         self._thread = threading.Thread(target=self._run, name="checkpoint-uploader", daemon=True)
         self._thread.start()
@@ -190,13 +195,12 @@ class CheckpointUploader:
             protect: Generations retention must keep in the bucket after this one is uploaded (the champion's, say).
         """
         generation_dirname(generation)  # validates
-        job = _Job(generation, frozenset(protect))
         with self._cond:
             if self._closed:
                 raise RuntimeError("the checkpoint uploader is closed")
-            replaced, self._waiting = self._waiting, job
+            replaced, self._waiting = self._waiting, _Job(generation, frozenset(protect))
             if replaced is not None:
-                self._generations_abandoned += 1
+                self._counts["generations_abandoned"] += 1
             self._cond.notify_all()
         if replaced is not None:
             self._log(
@@ -251,31 +255,22 @@ class CheckpointUploader:
         """The counters now (``pending``: the newest generation waiting or uploading)."""
         with self._cond:
             pending = self._waiting.generation if self._waiting is not None else self._uploading
-            return UploadSummary(
-                last_uploaded=self._last_uploaded,
-                pending=pending,
-                generations_uploaded=self._generations_uploaded,
-                generations_abandoned=self._generations_abandoned,
-                files_uploaded=self._files_uploaded,
-                files_skipped=self._files_skipped,
-                bytes_uploaded=self._bytes_uploaded,
-                failures=self._failures,
-                generations_deleted=self._generations_deleted,
-            )
+            return UploadSummary(last_uploaded=self._last_uploaded, pending=pending, **self._counts)
 
     @property
     def state(self) -> dict[str, int | None]:
         """A flat snapshot for telemetry: generation uploading / waiting / last uploaded, bytes, failures."""
         with self._cond:
+            uploading = self._uploading is not None
             return {
                 "uploading_generation": self._uploading,
                 "waiting_generation": self._waiting.generation if self._waiting is not None else None,
                 "last_uploaded_generation": self._last_uploaded,
-                "uploading_bytes_done": self._bytes_done if self._uploading is not None else 0,
-                "uploading_bytes_total": self._bytes_total if self._uploading is not None else 0,
-                "generations_uploaded": self._generations_uploaded,
-                "generations_abandoned": self._generations_abandoned,
-                "failures": self._failures,
+                "uploading_bytes_done": self._bytes_done if uploading else 0,
+                "uploading_bytes_total": self._bytes_total if uploading else 0,
+                "generations_uploaded": self._counts["generations_uploaded"],
+                "generations_abandoned": self._counts["generations_abandoned"],
+                "failures": self._counts["failures"],
             }
 
     def close(self) -> None:
@@ -287,8 +282,8 @@ class CheckpointUploader:
         with self._cond:
             self._closed = True
             if self._waiting is not None:
-                self._generations_abandoned += 1
-            self._waiting = None
+                self._counts["generations_abandoned"] += 1
+                self._waiting = None
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
@@ -303,73 +298,75 @@ class CheckpointUploader:
     # The upload thread
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._waiting is None and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                job, self._waiting = self._waiting, None
-                self._uploading = job.generation
-                self._bytes_total = self._bytes_done = 0
+        while (job := self._take_waiting()) is not None:
             try:
-                self._upload_with_retries(job)
+                self._upload_until_done_or_replaced(job)
             finally:
                 with self._cond:
                     self._uploading = None
                     self._cond.notify_all()
 
-    def _upload_with_retries(self, job: _Job) -> None:
+    def _take_waiting(self) -> _Job | None:
+        """Wait for a generation in the waiting slot and move it to the uploading one; None once closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._waiting is not None or self._closed)
+            if self._closed:
+                return None
+            job, self._waiting = self._waiting, None
+            self._uploading, self._bytes_total, self._bytes_done = job.generation, 0, 0
+            return job
+
+    def _upload_until_done_or_replaced(self, job: _Job) -> None:
+        """Upload ``job``, retrying with backoff after failures until a newer generation waits; then retention."""
         name = generation_dirname(job.generation)
         delay = self.retry_delay
-        attempt = 0
-        while True:
-            attempt += 1
+        for attempt in itertools.count(1):
             started = time.monotonic()
             try:
-                sent_unchanged = self._upload(job)
+                sent, unchanged = self._upload(job)
+                break
             except _ClosedError:
                 return
             except _ObsoleteError as err:
-                with self._cond:
-                    self._generations_abandoned += 1
+                self._count(generations_abandoned=1)
                 self._log(f"upload: {name} skipped: {err}")
                 return
             except Exception as err:  # the network, the service, a local folder rewritten: all worth retrying
-                with self._cond:
-                    self._failures += 1
-                    newer = self._waiting
-                    if newer is not None:
-                        self._generations_abandoned += 1
-                if newer is not None:
-                    newer_name = generation_dirname(newer.generation)
-                    self._log(f"upload: {name} failed ({_describe(err)}); abandoned for {newer_name}")
-                    return
-                self._log(f"upload: {name} failed (attempt {attempt}: {_describe(err)}); retrying in {delay:.1f} s")
-                with self._cond:
-                    self._cond.wait_for(lambda: self._waiting is not None or self._closed, timeout=delay)
-                    if self._closed:
-                        return
-                    newer = self._waiting
-                    if newer is not None:
-                        self._generations_abandoned += 1
-                if newer is not None:
-                    self._log(f"upload: {name} abandoned for {generation_dirname(newer.generation)}")
+                self._count(failures=1)
+                self._log(
+                    f"upload: {name} failed (attempt {attempt}: {_describe(err)}); "
+                    f"retrying in {delay:.1f} s unless a newer generation waits"
+                )
+                if self._replaced_within(delay, name):
                     return
                 delay = min(2 * delay, self.max_retry_delay)
-                continue
-            with self._cond:
-                self._last_uploaded = job.generation
-                self._generations_uploaded += 1
-            if attempt > 1:  # routine successes show in the final summary; a recovery is news
-                elapsed = time.monotonic() - started
-                sent, unchanged = sent_unchanged
-                self._log(
-                    f"upload: {name} reached {self.storage.uri}/{self.run_key} after {attempt - 1} failed "
-                    f"attempt(s) ({sent} files sent, {unchanged} unchanged, {elapsed:.1f} s)"
-                )
-            self._apply_retention(job)
-            return
+        with self._cond:
+            self._last_uploaded = job.generation
+            self._counts["generations_uploaded"] += 1
+        if attempt > 1:  # routine successes show in the final summary; a recovery is news
+            self._log(
+                f"upload: {name} reached {self.storage.uri}/{self.run_key} after {attempt - 1} failed attempt(s) "
+                f"({sent} files sent, {unchanged} unchanged, {time.monotonic() - started:.1f} s)"
+            )
+        self._apply_retention(job)
+
+    def _replaced_within(self, seconds: float, name: str) -> bool:
+        """Wait up to ``seconds`` for a newer generation or ``close``: True if the failed upload gives way to them."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._waiting is not None or self._closed, timeout=seconds)
+            if self._closed:
+                return True
+            if self._waiting is None:
+                return False
+            self._counts["generations_abandoned"] += 1
+            newer = self._waiting.generation
+        self._log(f"upload: {name} abandoned for {generation_dirname(newer)}")
+        return True
+
+    def _count(self, **increments: int) -> None:
+        with self._cond:
+            for counter, n in increments.items():
+                self._counts[counter] += n
 
     def _log(self, line: str) -> None:
         with contextlib.suppress(Exception):  # a broken log sink must not stop the uploads
@@ -449,16 +446,13 @@ class CheckpointUploader:
             remote = self.storage.stat(key)
             if remote is not None and remote.size == size and remote.md5 == md5:
                 unchanged += 1
-                with self._cond:
-                    self._files_skipped += 1
+                self._count(files_skipped=1)
             else:
                 base = done
                 # No read-back: the storage verifies each upload's checksum (utils.gcs).
                 self.storage.upload_file(key, gen_dir / name, progress=lambda n, base=base: self._set_done(base + n))
                 sent += 1
-                with self._cond:
-                    self._files_uploaded += 1
-                    self._bytes_uploaded += size
+                self._count(files_uploaded=1, bytes_uploaded=size)
             done += size
             self._set_done(done)
 
@@ -545,13 +539,10 @@ class CheckpointUploader:
         try:
             deleted = self._retain(job)
         except Exception as err:
-            with self._cond:
-                self._failures += 1
+            self._count(failures=1)
             self._log(f"upload: retention in {self.storage.uri}/{self.run_key} failed ({_describe(err)})")
             return
-        if deleted:  # counted in the summary, not logged: retention is routine
-            with self._cond:
-                self._generations_deleted += len(deleted)
+        self._count(generations_deleted=len(deleted))  # in the summary, not logged: retention is routine
 
     def _retain(self, job: _Job) -> list[int]:
         try:

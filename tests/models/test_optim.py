@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from models.optim import BatchedAdam
+from tests.training.test_host_sync import SyncWatch
 
 P, STEPS, LR = 3, 5, 1e-2
 SHAPES = [(P, 4, 5), (P, 1, 5)]  # a stacked weight and bias
@@ -86,3 +87,29 @@ def test_one_agents_gradient_does_not_reach_another():
     for a, b in zip(optims[0].exp_avg_sq, optims[1].exp_avg_sq):
         assert torch.equal(a[[0, 2]], b[[0, 2]])
         assert not torch.equal(a[1], b[1])
+
+
+def test_why_not_torch_adam_its_step_counters_are_read_on_the_host():
+    """The reason models/optim.py gives for keeping BatchedAdam, checked: torch's foreach Adam with its state made up
+    front keeps its storage and matches BatchedAdam, but reads its step counters on the host every step. If a torch
+    release stops reading them, this fails, and the switch is worth another look."""
+    ours, theirs = _params(), _params()
+    batched = BatchedAdam(ours, lr=LR)
+    reference = torch.optim.Adam(theirs, lr=LR, foreach=True)
+    for p in theirs:
+        p.grad = torch.zeros_like(p)
+        reference.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p)}
+        reference.state[p]["exp_avg_sq"] = torch.zeros_like(p)
+    state = [t.data_ptr() for p in theirs for t in (p, p.grad, *reference.state[p].values())]
+    for grads in _grads(seed=4):
+        batched.zero_grad()
+        reference.zero_grad(set_to_none=False)
+        for p, q, g in zip(ours, theirs, grads):
+            p.grad.copy_(g)
+            q.grad.copy_(g)
+        batched.step()
+        with SyncWatch() as watch:
+            reference.step()
+        assert watch.calls["aten._local_scalar_dense.default"] > 0  # on torch 2.13 each step tensor's .item(), twice
+    assert [t.data_ptr() for p in theirs for t in (p, p.grad, *reference.state[p].values())] == state
+    assert all(torch.equal(mine, ref) for mine, ref in zip(ours, theirs))

@@ -79,8 +79,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def uploader(storage: Storage, run_dir: Path, logs: list[str], **kwargs) -> CheckpointUploader:
-    kwargs.setdefault("keep_last", 3)
-    return CheckpointUploader(storage, run_dir, RUN, log=logs.append, retry_delay=0.05, max_retry_delay=0.2, **kwargs)
+    kwargs = {"keep_last": 3, "retry_delay": 0.05, "max_retry_delay": 0.2, **kwargs}
+    return CheckpointUploader(storage, run_dir, RUN, log=logs.append, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -174,6 +174,43 @@ def test_submit_never_waits_and_close_refuses_more(run_dir: Path) -> None:
     up.close()
     with pytest.raises(RuntimeError, match="closed"):
         up.submit(1)
+
+
+class FlakyStorage(MemoryStorage):
+    """A bucket in memory whose file uploads fail while ``down`` is set."""
+
+    down = True
+
+    def upload_file(self, key, path, progress=None):
+        if self.down:
+            raise ConnectionError("unreachable")
+        return super().upload_file(key, path, progress=progress)
+
+
+def test_a_failed_upload_is_retried_and_close_during_the_pause_ends_the_thread(run_dir: Path) -> None:
+    storage, logs = FlakyStorage(), []
+    make_generation(run_dir, 1)
+    with uploader(storage, run_dir, logs) as up:
+        up.submit(1)
+        deadline = time.monotonic() + 10
+        while up.state["failures"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        storage.down = False
+        summary = up.flush(timeout=10, progress=False)
+    assert summary.complete and summary.last_uploaded == 1 and summary.failures >= 3
+    assert any("reached" in line for line in logs)
+
+    storage.down = True
+    make_generation(run_dir, 2)
+    up = uploader(storage, run_dir, [], retry_delay=30, max_retry_delay=30)
+    up.submit(2)
+    deadline = time.monotonic() + 10
+    while up.state["failures"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    up.close()  # in the middle of a 30-second pause
+    assert time.monotonic() - started < 1 and up.state["failures"] == 1
+    assert not any(thread.name == "checkpoint-uploader" for thread in threading.enumerate())
 
 
 # ---------------------------------------------------------------------------------------------------------------------
