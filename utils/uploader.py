@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from tqdm import tqdm
 
-from utils.checkpoint import LATEST_NAME, MANIFEST_NAME, generation_dirname, parse_dirname
+from utils.checkpoint import LATEST_NAME, MANIFEST_NAME, generation_dirname, generations_to_delete, parse_dirname
 from utils.jsonl import committed_length
 from utils.storage import PreconditionFailed, Storage, check_key
 
@@ -558,17 +558,19 @@ class CheckpointUploader:
             if generation is not None and name:
                 folders.setdefault(generation, set()).add(name)
 
-        keep = set(job.protect) | {job.generation, latest}
-        want_complete = max(self.keep_last, 1)
+        # The rule needs only the newest complete generations it may keep: read no more manifests than that.
+        newest_complete: list[int] = []
         for generation in sorted((g for g in folders if g <= latest), reverse=True):
-            if want_complete == 0:
+            if len(newest_complete) == max(self.keep_last, 1):
                 break
             if self._complete_in_bucket(generation, folders[generation]):
-                keep.add(generation)
-                want_complete -= 1
+                newest_complete.append(generation)
+        doomed = generations_to_delete(
+            folders, newest_complete, keep_last=self.keep_last, protect={*job.protect, job.generation}, latest=latest
+        )
 
         deleted = []
-        for generation in sorted(g for g in folders if g < latest and g not in keep):
+        for generation in doomed:
             names = folders[generation]
             folder = f"{self.run_key}/{generation_dirname(generation)}"
             # The manifest first: from then on the folder is incomplete, never half-deleted and "complete".
