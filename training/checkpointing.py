@@ -15,6 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -84,24 +85,27 @@ class CheckpointWriter:
     ``start`` first waits for the write before it, so at most one is in flight and the staging buffers it reads
     are free again once ``start`` returns. One long-lived thread, not one per write: the allocator then keeps
     serving the writes from the same memory, and the process's resident size stays flat from one generation to
-    the next (a thread per write made it step now and then). The thread is a daemon so that a process never hangs
-    on it at exit; every end of a run waits for the write in flight (``Trainer.run``, ``Run.finish``), and a
-    process killed mid-write leaves the previous generation complete, as any crash does.
+    the next (a thread per write made it step now and then). Every end of a run waits for the write in flight and
+    ends the thread (``Trainer.run``, ``Run.finish``). The thread is a daemon, so a process never hangs on it at
+    exit, and it holds nothing of the writer: a writer dropped without ``close`` ends its thread when collected.
     """
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._idle = threading.Event()
         self._idle.set()
+        self._errors: list[BaseException] = []  # at most one: the failed write's, until wait() raises it
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
 
     def start(self, write: Callable[[], None]) -> None:
         """Wait for the write in flight (raising its error), then run ``write`` on the writer thread."""
         self.wait()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="checkpoint-writer", daemon=True)
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs, self._idle, self._errors), name="checkpoint-writer", daemon=True
+            )
             self._thread.start()
+            weakref.finalize(self, self._jobs.put, None)
         self._idle.clear()
         self._jobs.put(write)
 
@@ -116,9 +120,8 @@ class CheckpointWriter:
             start = time.perf_counter()
             self._idle.wait()
             waited = time.perf_counter() - start
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+        if self._errors:
+            raise self._errors.pop()
         return waited
 
     def close(self) -> None:
@@ -131,11 +134,14 @@ class CheckpointWriter:
                 self._thread.join()
                 self._thread = None
 
-    def _serve(self) -> None:
-        while (write := self._jobs.get()) is not None:
-            try:
-                write()
-            except BaseException as error:  # handed to the training thread by wait(), never dropped
-                self._error = error
-            finally:
-                self._idle.set()
+
+def _serve(jobs: queue.SimpleQueue, idle: threading.Event, errors: list[BaseException]) -> None:
+    """The writer thread: run each job as it comes, until ``None``."""
+    while (write := jobs.get()) is not None:
+        try:
+            write()
+        except BaseException as error:  # handed to the training thread by wait(), never dropped
+            errors.append(error)
+        finally:
+            write = None  # the job's closure holds the staged tensors: keep nothing between jobs
+            idle.set()

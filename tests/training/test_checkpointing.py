@@ -16,9 +16,20 @@ from training.runs import start_run
 from training.trainer import RunStopped, Trainer
 from utils import checkpoint
 
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _earlier_writer_threads():
+    """Writer threads of trainers other tests dropped without closing end when those are collected; count only
+    this test's."""
+    _EARLIER.clear()
+    _EARLIER.update(t for t in threading.enumerate() if t.name == "checkpoint-writer")
+
 
 def writer_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name == "checkpoint-writer"]
+    """The writer threads this test started that are still alive."""
+    return [t for t in threading.enumerate() if t.name == "checkpoint-writer" and t not in _EARLIER]
 
 
 def smoke_run(tmp_path, name: str, **settings):
@@ -109,6 +120,16 @@ def test_the_writer_runs_one_write_at_a_time_and_raises_its_error_once_in_the_ca
     writer.start(lambda: order.append("after the error"))
     writer.close()
     assert order[-1] == "after the error" and not writer_threads()
+
+
+def test_a_writer_dropped_without_close_ends_its_thread():
+    writer = CheckpointWriter()
+    writer.start(lambda: None)
+    writer.wait()
+    (thread,) = writer_threads()
+    del writer  # no cycle holds it: collected at once, and its finaliser ends the thread
+    thread.join(timeout=10)
+    assert not thread.is_alive()
 
 
 # --------------------------------------------------------------------------------------------- in the trainer
