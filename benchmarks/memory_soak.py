@@ -37,6 +37,7 @@ from models.replay import ReplayBuffer
 from training.runs import start_run
 from utils import jsonl
 from utils.telemetry import (
+    MEMORY_KEYS,
     count_objects,
     format_bytes,
     leak_findings,
@@ -46,14 +47,7 @@ from utils.telemetry import (
 
 SERIES = (
     "generation",
-    "rss_bytes",
-    "peak_rss_bytes",
-    "cuda_allocated_bytes",
-    "cuda_reserved_bytes",
-    "live_tensors",
-    "python_objects",
-    "python_blocks",
-    "python_references",
+    *MEMORY_KEYS,
     "replay_bytes",
     "replay_transitions",
     "generation_s",

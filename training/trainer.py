@@ -44,6 +44,7 @@ from training.selection import choose_champion, edge_bounds, selection_z
 from utils import checkpoint, jsonl
 from utils.errors import CheckpointError
 from utils.telemetry import (
+    MEMORY_KEYS,
     GrowthWatch,
     PhaseTimer,
     count_objects,
@@ -70,14 +71,7 @@ MEASURED_KEYS = frozenset(
         "update_s",
         "checkpoint_s",
         "checkpoint_write_s",
-        "rss_bytes",
-        "peak_rss_bytes",
-        "cuda_allocated_bytes",
-        "cuda_reserved_bytes",
-        "live_tensors",
-        "python_objects",
-        "python_blocks",
-        "python_references",
+        *MEMORY_KEYS,
     }
 )
 """Metrics that measure the machine, not the run: they differ between identical runs."""

@@ -14,6 +14,18 @@ from typing import NamedTuple
 import psutil
 import torch
 
+MEMORY_KEYS = (
+    "rss_bytes",
+    "peak_rss_bytes",
+    "cuda_allocated_bytes",
+    "cuda_reserved_bytes",
+    "live_tensors",
+    "python_objects",
+    "python_blocks",
+    "python_references",
+)
+"""The memory figures of every generation's metrics row (``Trainer._telemetry``), in one place."""
+
 
 def rss_bytes() -> int:
     """Resident set size of this process now."""

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from utils.errors import InputError
+from utils.telemetry import MEMORY_KEYS
 
 MISSING_MESSAGE = "--tensorboard needs the tensorboard package: pip install tensorboard"
 
@@ -39,17 +40,7 @@ _TAGS: dict[str, str] = {
     "env_steps_per_s": "speed/env_steps_per_s",
 }
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "memory": (
-        "rss_bytes",
-        "peak_rss_bytes",
-        "cuda_allocated_bytes",
-        "cuda_reserved_bytes",
-        "live_tensors",
-        "python_objects",
-        "python_blocks",
-        "replay_bytes",
-        "replay_transitions",
-    ),
+    "memory": (*MEMORY_KEYS, "replay_bytes", "replay_transitions"),
 }
 _TAGS.update({key: f"{group}/{key}" for group, keys in _GROUPS.items() for key in keys})
 
