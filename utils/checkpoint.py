@@ -318,10 +318,20 @@ def _load_manifest(gen_dir: Path) -> dict:
             raise CheckpointError(f"{path} is not a regular file")
         if st.st_size > _MAX_MANIFEST_BYTES:
             raise CheckpointError(f"{path} is implausibly large ({st.st_size} bytes)")
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME}: the generation was not completely written") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
+    return parse_manifest(data, path, expected_generation=parse_dirname(gen_dir.name))
+
+
+def parse_manifest(data: bytes, path: Path | str, *, expected_generation: int | None = None) -> dict:
+    """A manifest's bytes, validated (the one parser, for a folder and for a bucket); CheckpointError naming
+    ``path`` if bad."""
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
         raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"checkpoint manifest {path} is not a JSON object")
@@ -346,9 +356,10 @@ def _load_manifest(gen_dir: Path) -> dict:
             or _SHA256_RE.fullmatch(entry["sha256"]) is None
         ):
             raise CheckpointError(f"checkpoint manifest {path} has a bad entry for {name!r}: {entry!r}")
-    expected = parse_dirname(gen_dir.name)
-    if expected is not None and generation != expected:
-        raise CheckpointError(f"checkpoint manifest {path} says generation {generation}, the folder says {expected}")
+    if expected_generation is not None and generation != expected_generation:
+        raise CheckpointError(
+            f"checkpoint manifest {path} says generation {generation}, the folder says {expected_generation}"
+        )
     return manifest
 
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -44,15 +42,21 @@ from typing import NamedTuple
 
 from tqdm import tqdm
 
-from utils.checkpoint import LATEST_NAME, MANIFEST_NAME, generation_dirname, generations_to_delete, parse_dirname
+from utils.checkpoint import (
+    LATEST_NAME,
+    MANIFEST_NAME,
+    generation_dirname,
+    generations_to_delete,
+    parse_dirname,
+    parse_manifest,
+)
+from utils.errors import CheckpointError
 from utils.jsonl import committed_length
 from utils.storage import PreconditionFailed, Storage, check_key
 
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 
-_GEN_DIR_RE = re.compile(r"gen-(\d{6,})")
-_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _HASH_CHUNK = 1024 * 1024
 _SMALL_OBJECT = 8 * 1024 * 1024  # up to this, metrics go up from memory in one request
 _LATEST_ATTEMPTS = 8
@@ -387,18 +391,10 @@ class CheckpointUploader:
             why = "its local folder no longer exists" if not gen_dir.is_dir() else "its local manifest is missing"
             raise _ObsoleteError(why) from None
         try:
-            manifest = json.loads(data.decode("utf-8"))
-            generation = parse_dirname(gen_dir.name)
-            if not isinstance(manifest, dict) or manifest.get("generation") != generation:
-                raise ValueError(f"it does not describe generation {generation}")
-            files = {}
-            for name, entry in manifest["files"].items():
-                if _FILE_NAME_RE.fullmatch(name) is None or name == MANIFEST_NAME:
-                    raise ValueError(f"it names the unsafe file {name!r}")
-                files[name] = (int(entry["size"]), str(entry["sha256"]))
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise _ObsoleteError(f"its local manifest is damaged ({_describe(err)})") from None
-        return data, files
+            manifest = parse_manifest(data, gen_dir / MANIFEST_NAME, expected_generation=parse_dirname(gen_dir.name))
+        except CheckpointError as err:
+            raise _ObsoleteError(f"its local manifest is damaged ({err})") from None
+        return data, {name: (entry["size"], entry["sha256"]) for name, entry in manifest["files"].items()}
 
     def _hash_local(self, gen_dir: Path, manifest: bytes, name: str, size: int, sha256: str) -> str:
         """The MD5 of a local file after checking its size and SHA-256 against the manifest."""
@@ -584,7 +580,7 @@ class CheckpointUploader:
             return False
         key = f"{self.run_key}/{generation_dirname(generation)}/{MANIFEST_NAME}"
         try:
-            manifest = json.loads(self.storage.read_bytes(key).decode("utf-8"))
-            return manifest.get("generation") == generation and set(manifest["files"]) <= names
-        except (FileNotFoundError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            manifest = parse_manifest(self.storage.read_bytes(key), key, expected_generation=generation)
+        except (FileNotFoundError, CheckpointError):
             return False
+        return set(manifest["files"]) <= names
