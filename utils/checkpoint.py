@@ -106,14 +106,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-Chunks = list[bytes | memoryview]
-"""A file's contents as written: bytes, and views of tensor memory that are never copied into one buffer."""
-
-
-def _write_durably(path: Path, data: bytes | Chunks) -> None:
+def _write_durably(path: Path, data: bytes) -> None:
     with open(path, "xb") as f:
-        for chunk in [data] if isinstance(data, bytes) else data:
-            f.write(chunk)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -158,11 +153,8 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def _tensor_group_chunks(name: str, group: dict[str, torch.Tensor]) -> Chunks:
-    """The safetensors encoding of ``group``, written here rather than by ``safetensors.torch.save``: the header,
-    then a view of each tensor's own memory (CPU and contiguous already, as the staging buffers are: no copy).
-    Joining them in one buffer would allocate the whole file again for each checkpoint; at the default preset
-    that made the writer thread's heap, and so the process's resident size, swing by 150 MB.
+def _tensor_group_bytes(name: str, group: dict[str, torch.Tensor]) -> bytes:
+    """The safetensors encoding of ``group``, written here rather than by ``safetensors.torch.save``.
 
     The format is an 8-byte little-endian header length, a JSON header (dtype, shape and byte range of each
     tensor, space-padded to 8 bytes) and the raw little-endian bytes in header order. Writing it directly
@@ -186,24 +178,17 @@ def _tensor_group_chunks(name: str, group: dict[str, torch.Tensor]) -> Chunks:
             raise ValueError(f"tensor group {name!r} key {key!r} is a {type(tensor).__name__}, not a torch.Tensor")
         if tensor.dtype not in _SAFETENSORS_DTYPES:
             raise ValueError(f"tensor group {name!r} key {key!r} has unsupported dtype {tensor.dtype}")
-        data = memoryview(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         header[key] = {
             "dtype": _SAFETENSORS_DTYPES[tensor.dtype],
             "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + data.nbytes],
+            "data_offsets": [offset, offset + len(data)],
         }
         chunks.append(data)
-        offset += data.nbytes
+        offset += len(data)
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    return [len(encoded).to_bytes(8, "little"), encoded, *chunks]
-
-
-def _size_and_sha256(chunks: Chunks) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    return {"size": sum(memoryview(chunk).nbytes for chunk in chunks), "sha256": digest.hexdigest()}
+    return b"".join([len(encoded).to_bytes(8, "little"), encoded, *chunks])
 
 
 def _remove_tree(path: Path) -> None:
@@ -246,20 +231,23 @@ def write_generation(
     dirname = generation_dirname(generation)
 
     # Serialise everything first, so a bad value fails before the disk is touched.
-    payloads: dict[str, Chunks] = {}
+    payloads: dict[str, bytes] = {}
     for name, group in tensors.items():
         _check_name(name, "tensor group")
-        payloads[name + TENSORS_SUFFIX] = _tensor_group_chunks(name, group)
+        payloads[name + TENSORS_SUFFIX] = _tensor_group_bytes(name, group)
     for name, document in documents.items():
         _check_name(name, "document")
         if name + DOCUMENT_SUFFIX == MANIFEST_NAME:
             raise ValueError(f"document name {name!r} is reserved for the manifest")
         _check_json_value(document, f"documents[{name!r}]")
-        payloads[name + DOCUMENT_SUFFIX] = [json.dumps(document, allow_nan=False, separators=(",", ":")).encode()]
+        payloads[name + DOCUMENT_SUFFIX] = json.dumps(document, allow_nan=False, separators=(",", ":")).encode()
     manifest = {
         "format_version": FORMAT_VERSION,
         "generation": generation,
-        "files": {file_name: _size_and_sha256(chunks) for file_name, chunks in sorted(payloads.items())},
+        "files": {
+            file_name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for file_name, data in sorted(payloads.items())
+        },
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
