@@ -106,9 +106,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+def _write_durably(path: Path, data: bytes | list[bytes]) -> None:
     with open(path, "xb") as f:
-        f.write(data)
+        for chunk in [data] if isinstance(data, bytes) else data:
+            f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
 
@@ -153,8 +154,9 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def _tensor_group_bytes(name: str, group: dict[str, torch.Tensor]) -> bytes:
-    """The safetensors encoding of ``group``, written here rather than by ``safetensors.torch.save``.
+def _tensor_group_chunks(name: str, group: dict[str, torch.Tensor]) -> list[bytes]:
+    """The safetensors encoding of ``group`` as the header and each tensor's bytes, never joined into one buffer
+    (that allocated the whole file again at every checkpoint), written here rather than by ``safetensors.torch.save``.
 
     The format is an 8-byte little-endian header length, a JSON header (dtype, shape and byte range of each
     tensor, space-padded to 8 bytes) and the raw little-endian bytes in header order. Writing it directly
@@ -188,7 +190,14 @@ def _tensor_group_bytes(name: str, group: dict[str, torch.Tensor]) -> bytes:
         offset += len(data)
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    return b"".join([len(encoded).to_bytes(8, "little"), encoded, *chunks])
+    return [len(encoded).to_bytes(8, "little"), encoded, *chunks]
+
+
+def _size_and_sha256(chunks: list[bytes]) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return {"size": sum(len(chunk) for chunk in chunks), "sha256": digest.hexdigest()}
 
 
 def _remove_tree(path: Path) -> None:
@@ -231,23 +240,20 @@ def write_generation(
     dirname = generation_dirname(generation)
 
     # Serialise everything first, so a bad value fails before the disk is touched.
-    payloads: dict[str, bytes] = {}
+    payloads: dict[str, list[bytes]] = {}
     for name, group in tensors.items():
         _check_name(name, "tensor group")
-        payloads[name + TENSORS_SUFFIX] = _tensor_group_bytes(name, group)
+        payloads[name + TENSORS_SUFFIX] = _tensor_group_chunks(name, group)
     for name, document in documents.items():
         _check_name(name, "document")
         if name + DOCUMENT_SUFFIX == MANIFEST_NAME:
             raise ValueError(f"document name {name!r} is reserved for the manifest")
         _check_json_value(document, f"documents[{name!r}]")
-        payloads[name + DOCUMENT_SUFFIX] = json.dumps(document, allow_nan=False, separators=(",", ":")).encode()
+        payloads[name + DOCUMENT_SUFFIX] = [json.dumps(document, allow_nan=False, separators=(",", ":")).encode()]
     manifest = {
         "format_version": FORMAT_VERSION,
         "generation": generation,
-        "files": {
-            file_name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            for file_name, data in sorted(payloads.items())
-        },
+        "files": {file_name: _size_and_sha256(chunks) for file_name, chunks in sorted(payloads.items())},
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
