@@ -261,6 +261,7 @@ class Trainer:
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
         self._staging = StagingBuffers(self.device)
+        self._noise: torch.Tensor | None = None  # ddpg.observation_noise's draws
         self._writer = CheckpointWriter()
 
         self.generation = 0
@@ -430,9 +431,11 @@ class Trainer:
         ddpg = self.config.ddpg
         batch = self.buffer.sample(self.generators["replay"])
         if ddpg.observation_noise > 0:  # in place: the windows are the ring's own gather buffers
+            if self._noise is None:  # allocated once, like every buffer of the loop
+                self._noise = torch.empty_like(batch.windows)
             for windows in (batch.windows, batch.next_windows):
-                noise = torch.randn(windows.shape, generator=self.generators["replay"], device=windows.device)
-                windows.add_(noise, alpha=ddpg.observation_noise)
+                torch.randn(windows.shape, generator=self.generators["replay"], out=self._noise)
+                windows.add_(self._noise, alpha=ddpg.observation_noise)
         return ddpg_update(
             self.population,
             batch,

@@ -194,3 +194,40 @@ def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, 
     trainer.run(until=3)
     assert trainer.champion_generation == 0
     assert checkpoint.complete_generations(trainer.run_dir) == [3]
+
+
+def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffer(tmp_path, monkeypatch):
+    """ddpg.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
+    buffer allocated once."""
+    seen: dict[str, list] = {"quiet": [], "noisy": []}
+
+    def trainer_with(name: str, noise: float) -> Trainer:
+        config = override(
+            preset("smoke"),
+            {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "ddpg.observation_noise": noise},
+        )
+        trainer = start_run(config, log=lambda line: None).trainer
+        trainer.collect_episodes(trainer._sample_train_starts())  # fill the ring without updating
+        return trainer
+
+    def capture(name):
+        def update(population, batch, **kwargs):
+            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))
+
+        return update
+
+    quiet, noisy = trainer_with("quiet", 0.0), trainer_with("noisy", 0.5)
+    for name, trainer in (("quiet", quiet), ("noisy", noisy)):
+        monkeypatch.setattr("training.trainer.ddpg_update", capture(name))
+        trainer.ddpg_step()
+        buffer = trainer._noise
+        trainer.ddpg_step()
+        assert trainer._noise is buffer  # the noise buffer is reused, not reallocated
+        trainer.finish_checkpoints()
+    assert quiet._noise is None
+    # The first batches are the same transitions (the noise is drawn after the sample, from the same stream).
+    (q_windows, q_next), (n_windows, n_next) = seen["quiet"][0], seen["noisy"][0]
+    for clean, noisy_windows in ((q_windows, n_windows), (q_next, n_next)):
+        difference = noisy_windows - clean
+        assert difference.std().item() == pytest.approx(0.5, rel=0.1)
+        assert abs(difference.mean().item()) < 0.05
