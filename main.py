@@ -24,6 +24,8 @@ import config as config_module
 from utils.errors import InputError
 
 EXIT_BAD_INPUT = 2
+SINGLE_PROCESS_COMMANDS = ("inspect", "evaluate", "export", "backtest")
+"""Commands that never shard: under torchrun with several processes they are refused."""
 FINAL_UPLOAD_TIMEOUT_S = 600.0
 """Longest wait for the last uploads of a finished run; what did not arrive stays in the local copy."""
 STOP_UPLOAD_GRACE_S = 20.0
@@ -116,6 +118,7 @@ def train(argv: list[str]) -> int:
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
     from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
+    from training.sharding import Ranks
     from training.trainer import RunStopped
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
@@ -124,14 +127,18 @@ def train(argv: list[str]) -> int:
     if args.tensorboard and not tensorboard_available():
         raise InputError(MISSING_MESSAGE)
     with contextlib.ExitStack() as stack:
+        # Under torchrun, one process of several: the leader speaks, writes and uploads (training.sharding).
+        ranks = Ranks.connect() if Ranks.launched() else Ranks()
+        stack.callback(ranks.close)
         stop = stack.enter_context(StopRequest())
-        progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress))
+        progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress and ranks.is_leader))
+        log = progress.write if ranks.is_leader else _quiet
         if args.resume_or_start:
-            run = resume_or_start(config, explicit, log=progress.write, should_stop=stop)
+            run = resume_or_start(config, explicit, log=log, should_stop=stop, ranks=ranks)
         elif args.resume:
-            run = resume_run(config, explicit, log=progress.write, should_stop=stop, resume_from=args.resume_from)
+            run = resume_run(config, explicit, log=log, should_stop=stop, resume_from=args.resume_from, ranks=ranks)
         else:
-            run = start_run(config, log=progress.write, should_stop=stop)
+            run = start_run(config, log=log, should_stop=stop, ranks=ranks)
         trainer, config = run.trainer, run.config
         board = None
         if args.tensorboard:  # a resumed run hides what its earlier life logged past the checkpoint
@@ -151,16 +158,21 @@ def train(argv: list[str]) -> int:
             progress.close()
             # A pre-empted pod has seconds, not minutes: upload what fits, the local copy keeps the rest.
             uploaded = run.finish(timeout=STOP_UPLOAD_GRACE_S, progress=config.runtime.progress)
-            progress.write(
-                f"stopped by {stop.name} after generation {stopped.generation}; the last complete checkpoint is "
+            log(
+                f"stopped by {stop.name or 'a signal to another process'} after generation {stopped.generation}; "
+                f"the last complete checkpoint is "
                 f"{trainer.run_dir}/gen-{stopped.generation:06d}{_line(uploaded)}. Resume with:\n"
                 f"  {_resume_command(trainer)}"
             )
             return 128 + (stop.signum or 0)
         progress.close()
         uploaded = run.finish(timeout=FINAL_UPLOAD_TIMEOUT_S, progress=config.runtime.progress)
-    progress.write(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")
+    log(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")
     return 0
+
+
+def _quiet(line: str) -> None:
+    """Where a process other than the leader sends its lines: the leader's say the same."""
 
 
 def _line(summary: str) -> str:
@@ -176,6 +188,8 @@ def _resume_command(trainer: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv and argv[0] in SINGLE_PROCESS_COMMANDS and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise InputError(f"{argv[0]} runs in one process: start it with python, not torchrun")
         if argv and argv[0] == "inspect":
             from training import inspection
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -35,6 +36,13 @@ HEAD_INIT_SCALE = 0.1
 """The heads' last layers start at this fraction of the default scale: agents start as small tilts."""
 
 
+class Rows(NamedTuple):
+    """The slots ``slots`` of a population of ``popsize``: what one process holds when the population is sharded."""
+
+    popsize: int
+    slots: range
+
+
 class BatchedLinear(nn.Module):
     """P independent linear layers: (P or 1, M, in) -> (P, M, out)."""
 
@@ -44,11 +52,18 @@ class BatchedLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(popsize, 1, out_features))
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator, *, scale: float = 1.0) -> None:
-        """Uniform(-b, b) with b = scale/sqrt(in), each agent drawn independently (nn.Linear's scale at 1)."""
+    def reset_parameters(self, generator: torch.Generator, *, scale: float = 1.0, rows: Rows | None = None) -> None:
+        """Uniform(-b, b) with b = scale/sqrt(in), each agent drawn independently (nn.Linear's scale at 1).
+
+        ``rows``: this module holds only these slots of a larger population; the draw is made for all of it, so
+        each slot's values do not depend on how the population is split.
+        """
         bound = scale / math.sqrt(self.weight.shape[1])
         for tensor in (self.weight, self.bias):
-            noise = torch.rand(tensor.shape, generator=generator, device=generator.device)
+            shape = tensor.shape if rows is None else (rows.popsize, *tensor.shape[1:])
+            noise = torch.rand(shape, generator=generator, device=generator.device)
+            if rows is not None:
+                noise = noise[rows.slots.start : rows.slots.stop]
             tensor.copy_(noise.to(tensor.device).mul_(2 * bound).sub_(bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,9 +80,11 @@ class BatchedMLP(nn.Module):
         self.layers = nn.ModuleList(BatchedLinear(popsize, a, b) for a, b in itertools.pairwise(sizes))
         self.final_activation = final_activation
 
-    def reset_parameters(self, generator: torch.Generator, *, last_scale: float = 1.0) -> None:
+    def reset_parameters(
+        self, generator: torch.Generator, *, last_scale: float = 1.0, rows: Rows | None = None
+    ) -> None:
         for index, layer in enumerate(self.layers):
-            layer.reset_parameters(generator, scale=last_scale if index == len(self.layers) - 1 else 1.0)
+            layer.reset_parameters(generator, scale=last_scale if index == len(self.layers) - 1 else 1.0, rows=rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         leading = x.shape[:-1]
@@ -87,8 +104,8 @@ class AssetEncoder(nn.Module):
         self.mlp = BatchedMLP(popsize, [window_size, hidden, embedding], final_activation=True)
         self.bf16 = bf16
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        self.mlp.reset_parameters(generator)
+    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
+        self.mlp.reset_parameters(generator, rows=rows)
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
         if not self.bf16:
@@ -120,10 +137,10 @@ class Actor(nn.Module):
         self.asset_head = BatchedMLP(popsize, [2 * embedding + 1, head_hidden, 1])
         self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        self.encoder.reset_parameters(generator)
-        self.asset_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE)
-        self.cash_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE)
+    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
+        self.encoder.reset_parameters(generator, rows=rows)
+        self.asset_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, rows=rows)
+        self.cash_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, rows=rows)
         with torch.no_grad():
             self.cash_head.layers[-1].bias.add_(CASH_LOGIT)
 
@@ -188,9 +205,9 @@ class Critic(nn.Module):
         self.asset_head = BatchedMLP(popsize, [embedding + 2, head_hidden], final_activation=True)
         self.value_head = BatchedMLP(popsize, [head_hidden + 2, head_hidden, 1])
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
+    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
         for module in (self.encoder, self.asset_head, self.value_head):
-            module.reset_parameters(generator)
+            module.reset_parameters(generator, rows=rows)
 
     def forward(self, windows: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         emb = self.encoder(windows)  # (P, M, N, D)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from models.networks import Actor, Critic
+from models.networks import Actor, Critic, Rows
 from models.optim import BatchedAdam
 
 
@@ -27,6 +27,8 @@ class Population:
         exploration: (min, max) stdev of the logit noise; slot i gets the i-th of P log-spaced values.
         device: where every tensor lives.
         generator: draws the initial parameters.
+        slots: the slots this process holds when the population is sharded (``training.sharding``); all of them
+            by default. Tensors then have ``len(slots)`` rows, drawn as the same slots of an unsharded population.
     """
 
     def __init__(
@@ -43,19 +45,23 @@ class Population:
         exploration: tuple[float, float],
         device: torch.device | str,
         generator: torch.Generator,
+        slots: range | None = None,
     ) -> None:
         widths = dict(
             encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden, bf16_encoder=bf16_encoder
         )
         self.popsize = popsize
+        self.slots = range(popsize) if slots is None else slots
+        held = len(self.slots)
+        rows = None if held == popsize else Rows(popsize, self.slots)
         self.device = torch.device(device)
-        self.actor = Actor(popsize, window_size, **widths).to(device)
-        self.critic = Critic(popsize, window_size, **widths).to(device)
-        self.actor_target = Actor(popsize, window_size, **widths).to(device)
-        self.critic_target = Critic(popsize, window_size, **widths).to(device)
+        self.actor = Actor(held, window_size, **widths).to(device)
+        self.critic = Critic(held, window_size, **widths).to(device)
+        self.actor_target = Actor(held, window_size, **widths).to(device)
+        self.critic_target = Critic(held, window_size, **widths).to(device)
         self.champion = Actor(1, window_size, **widths).to(device)
-        self.actor.reset_parameters(generator)
-        self.critic.reset_parameters(generator)
+        self.actor.reset_parameters(generator, rows=rows)
+        self.critic.reset_parameters(generator, rows=rows)
         with torch.no_grad():
             _copy_all(self.actor_target.parameters(), self.actor.parameters())
             _copy_all(self.critic_target.parameters(), self.critic.parameters())
@@ -70,7 +76,8 @@ class Population:
             stdevs = torch.linspace(low, high, popsize)
         else:
             stdevs = torch.logspace(math.log10(low), math.log10(high), popsize)
-        self.exploration_stdev = stdevs.to(device)  # (P,) belongs to the slot, never cloned
+        # (len(slots),) belongs to the slot, never cloned
+        self.exploration_stdev = stdevs[self.slots.start : self.slots.stop].to(device, copy=True)
 
     # ------------------------------------------------------------------ per-agent state
 
@@ -89,25 +96,32 @@ class Population:
                 out[f"{prefix}.{key}"] = tensor
         return out
 
+    def slot_tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor whose dim 0 is the slot: the agent tensors and the exploration stdevs."""
+        return {**self.agent_tensors(), "exploration_stdev": self.exploration_stdev}
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Everything to checkpoint: agent tensors, the champion and the exploration stdevs."""
-        out = dict(self.agent_tensors())
+        """Everything to checkpoint: the slot tensors (of the slots held here) and the champion."""
+        out = self.slot_tensors()
         out.update({f"champion.{name}": t for name, t in self.champion.named_parameters()})
-        out["exploration_stdev"] = self.exploration_stdev
         return out
 
     @torch.no_grad()
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Copy a ``state_tensors`` dict into this population's existing storage."""
+        """Copy a checkpoint's population (every slot, as ``state_tensors`` of an unsharded population) into this
+        population's existing storage: the rows of the slots held here."""
         own = self.state_tensors()
         missing = sorted(set(own) - set(tensors))
         unexpected = sorted(set(tensors) - set(own))
         if missing or unexpected:
             raise KeyError(f"population tensors do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        sharded = self.slot_tensors()
         for key, target in own.items():
-            if tensors[key].shape != target.shape:
-                raise ValueError(f"{key}: shape {tuple(tensors[key].shape)} != {tuple(target.shape)}")
-            target.copy_(tensors[key])
+            expected = (self.popsize, *target.shape[1:]) if key in sharded else target.shape
+            if tensors[key].shape != expected:
+                raise ValueError(f"{key}: shape {tuple(tensors[key].shape)} != {tuple(expected)}")
+            source = tensors[key][self.slots.start : self.slots.stop] if key in sharded else tensors[key]
+            target.copy_(source)
 
     @torch.no_grad()
     def crown(self, index: int) -> None:

@@ -51,6 +51,8 @@ class ReplayBuffer:
         relatives: (T, N) price relatives of the market (read, never written).
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
+        rows: the agents of the P whose batches this process trains (all by default): every ``sample`` draws
+            for all P and keeps these rows, so an agent's batches do not depend on how the population is split.
     """
 
     def __init__(
@@ -62,11 +64,13 @@ class ReplayBuffer:
         *,
         sample_shape: tuple[int, int],
         device: torch.device | str,
+        rows: range | None = None,
     ) -> None:
         self.capacity = capacity
         self.gatherer = gatherer
         self.relatives = relatives
         self.sample_shape = sample_shape
+        self.rows = range(sample_shape[0]) if rows is None else rows
         self.pos = 0
         self.size = 0
         n1 = num_assets + 1
@@ -79,8 +83,8 @@ class ReplayBuffer:
             "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
             "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
         }
-        self._windows = gatherer.empty(*sample_shape, device=device)
-        self._next_windows = gatherer.empty(*sample_shape, device=device)
+        self._windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
+        self._next_windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
 
     def __len__(self) -> int:
         return self.size
@@ -143,11 +147,11 @@ class ReplayBuffer:
 
     @torch.no_grad()
     def sample(self, generator: torch.Generator) -> ReplayBatch:
-        """Uniform draw of (P, B) transitions, each agent its own, with windows rebuilt."""
+        """Uniform draw of (P, B) transitions, each agent its own, with windows rebuilt for the ``rows`` agents."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         index = torch.randint(self.size, self.sample_shape, generator=generator, device=generator.device)
-        return self.gather(index.to(self.storage["days"].device))
+        return self.gather(index[self.rows.start : self.rows.stop].to(self.storage["days"].device))
 
     @torch.no_grad()
     def gather(self, index: torch.Tensor) -> ReplayBatch:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from models.population import Population
+from training.sharding import Sharding
 
 
 class EvolutionPlan(NamedTuple):
@@ -92,30 +93,69 @@ def plan_generation(
     )
 
 
+class Donors(NamedTuple):
+    """Where offspring read their parents' and mates' rows: slot ``s`` is row ``row_of[s]`` of each table.
+
+    In one process the tables are the tensors themselves; with the population sharded over processes
+    (``training.sharding``) each table is the rows held here followed by the rows fetched from other ranks.
+    """
+
+    tables: list[torch.Tensor]
+    """One per tensor the plan is applied to, in the same order."""
+    row_of: torch.Tensor
+    """(P,) long, on the tables' device: -1 for a slot that is neither held nor fetched."""
+    held: range
+    """The slots whose rows the tensors hold (row ``s - held.start`` is slot ``s``)."""
+
+    @classmethod
+    def local(cls, tensors: list[torch.Tensor], held: range | None = None) -> Donors:
+        """Every slot in the tensors themselves."""
+        held = range(tensors[0].shape[0]) if held is None else held
+        return cls(tensors, torch.arange(len(held), device=tensors[0].device), held)
+
+    def offspring(self, plan: EvolutionPlan) -> torch.Tensor:
+        """The offspring slots held here."""
+        slots = plan.offspring
+        return slots[(slots >= self.held.start) & (slots < self.held.stop)]
+
+
+def slots_to_fetch(plan: EvolutionPlan, blocks: list[range]) -> list[list[int]]:
+    """For each process's block of slots, the slots outside it that its offspring descend from (ascending)."""
+    offspring = plan.offspring.tolist()
+    parents, mates = plan.parents.tolist(), plan.mates.tolist()
+    needs = []
+    for block in blocks:
+        donors = {parents[s] for s in offspring if s in block} | {mates[s] for s in offspring if s in block}
+        needs.append(sorted(d for d in donors if d not in block))
+    return needs
+
+
 @torch.no_grad()
-def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
+def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors | None = None) -> None:
     """Offspring slots of every tensor become their parent's slice; elites are not touched. The plan is on
     the tensors' device."""
-    slots = plan.offspring
+    donors = donors or Donors.local(tensors)
+    slots = donors.offspring(plan)
     if slots.numel() == 0:
         return
-    parents = plan.parents[slots]
-    for tensor in tensors:
-        tensor.index_copy_(0, slots, tensor[parents])
+    parents = donors.row_of[plan.parents[slots]]
+    for tensor, table in zip(tensors, donors.tables):
+        tensor.index_copy_(0, slots - donors.held.start, table[parents])
 
 
 @torch.no_grad()
-def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan) -> None:
+def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors | None = None) -> None:
     """Offspring slots become ``blend * parent + (1 - blend) * mate`` (an exact copy where blend is 1)."""
-    slots = plan.offspring
+    donors = donors or Donors.local(tensors)
+    slots = donors.offspring(plan)
     if slots.numel() == 0:
         return
-    parents, mates, blend = plan.parents[slots], plan.mates[slots], plan.blend[slots]
-    for tensor in tensors:
-        parent = tensor[parents]
+    parents, mates, blend = donors.row_of[plan.parents[slots]], donors.row_of[plan.mates[slots]], plan.blend[slots]
+    for tensor, table in zip(tensors, donors.tables):
+        parent = table[parents]
         weight = blend.to(tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
-        child = torch.where(weight == 1, parent, torch.lerp(tensor[mates], parent, weight))
-        tensor.index_copy_(0, slots, child)
+        child = torch.where(weight == 1, parent, torch.lerp(table[mates], parent, weight))
+        tensor.index_copy_(0, slots - donors.held.start, child)
 
 
 @torch.no_grad()
@@ -126,14 +166,22 @@ def mutate_(
     fraction: float,
     stdev: float,
     generator: torch.Generator,
+    held: range | None = None,
 ) -> None:
     """Add N(0, stdev) noise to a random ``fraction`` of the entries of the slots where ``slots`` (P,) is
     True; every other entry keeps its exact bits. Draws for every slot, so the generator advances the
-    same way whoever is mutated. The noise is drawn where the tensors live: ``generator`` is on their device."""
+    same way whoever is mutated; with ``held`` (the tensors hold only those slots) the draws are still made
+    for all P and the held rows kept, so a slot's mutation does not depend on how the population is split.
+    The noise is drawn where the tensors live: ``generator`` is on their device."""
+    popsize = slots.numel()
+    held = range(popsize) if held is None else held
+    rows = slice(held.start, held.stop)
+    chosen_slots = slots[rows]
     for tensor in tensors:
-        noise = torch.randn(tensor.shape, generator=generator, device=tensor.device, dtype=tensor.dtype) * stdev
-        chosen = torch.rand(tensor.shape, generator=generator, device=tensor.device) < fraction
-        chosen &= slots.view(-1, *([1] * (tensor.dim() - 1)))
+        shape = (popsize, *tensor.shape[1:])
+        noise = torch.randn(shape, generator=generator, device=tensor.device, dtype=tensor.dtype)[rows] * stdev
+        chosen = torch.rand(shape, generator=generator, device=tensor.device)[rows] < fraction
+        chosen &= chosen_slots.view(-1, *([1] * (tensor.dim() - 1)))
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
 
@@ -145,17 +193,43 @@ def evolve_(
     mutation_fraction: float,
     mutation_stdev: float,
     generator: torch.Generator,
+    sharding: Sharding | None = None,
 ) -> None:
-    """Apply ``plan`` (made on the host) to every agent tensor of ``population`` in place (see the module
-    docstring); ``generator`` draws the mutations on the population's device."""
-    plan = plan.to(population.device)
-    actor_keys = {f"actor.{name}" for name, _ in population.actor.named_parameters()}
+    """Apply ``plan`` (made on the host, the same on every process) to every agent tensor of ``population`` in
+    place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
+    population sharded, the rows of donors held by other processes are fetched first (one all-to-all)."""
+    held = population.slots
     tensors = population.agent_tensors()
-    copy_from_parents_([t for k, t in tensors.items() if k not in actor_keys], plan)
-    actor = [tensors[k] for k in sorted(actor_keys)]
-    crossover_(actor, plan)
-    mutate_(actor, plan.mutate, fraction=mutation_fraction, stdev=mutation_stdev, generator=generator)
+    keys = sorted(tensors)
+    needs = None
+    if sharding is not None and sharding.distributed:
+        blocks = [range(r * sharding.per_rank, (r + 1) * sharding.per_rank) for r in range(sharding.ranks.world_size)]
+        needs = slots_to_fetch(plan, blocks)
+    plan = plan.to(population.device)
+    if needs is None:
+        donors = Donors.local([tensors[k] for k in keys], held)
+    else:
+        fetched = sharding.fetch_rows([tensors[k] for k in keys], needs)
+        mine = needs[sharding.ranks.rank]
+        row_of = torch.full((population.popsize,), -1, dtype=torch.long)
+        row_of[held.start : held.stop] = torch.arange(len(held))
+        row_of[mine] = len(held) + torch.arange(len(mine))
+        tables = [torch.cat([tensors[k], rows]) for k, rows in zip(keys, fetched)]
+        donors = Donors(tables, row_of.to(population.device), held)
+    actor = [i for i, k in enumerate(keys) if k.startswith("actor.")]
+    others = [i for i, k in enumerate(keys) if not k.startswith("actor.")]
+
+    def pick(indices: list[int]) -> tuple[list[torch.Tensor], Donors]:
+        return [tensors[keys[i]] for i in indices], donors._replace(tables=[donors.tables[i] for i in indices])
+
+    other_tensors, other_donors = pick(others)
+    copy_from_parents_(other_tensors, plan, other_donors)
+    actor_tensors, actor_donors = pick(actor)
+    crossover_(actor_tensors, plan, actor_donors)
+    mutate_(
+        actor_tensors, plan.mutate, fraction=mutation_fraction, stdev=mutation_stdev, generator=generator, held=held
+    )
     # Each offspring's actor target restarts from its new actor.
-    slots = plan.offspring
+    slots = donors.offspring(plan) - held.start
     for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
         target.index_copy_(0, slots, source[slots])

@@ -20,6 +20,7 @@ from config import Config, override
 from environment.data import PriceTable, load_prices
 from environment.features import build_market
 from environment.market import Market
+from training.sharding import Ranks, Sharding
 from training.sizing import check_memory
 from training.state_document import read_state
 from training.trainer import Trainer, describe_device, device_change_note
@@ -33,11 +34,20 @@ RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, ranks: Ranks | None = None) -> torch.device:
+    """The training device ``runtime.device`` names; with several processes on a GPU pod, each its own GPU."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("runtime.device is cuda but no CUDA device is available (use --device cpu or auto)")
+    if name == "cuda" and ranks is not None and ranks.distributed:
+        if ranks.local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"process {ranks.rank} has local rank {ranks.local_rank} but this node has "
+                f"{torch.cuda.device_count()} GPUs: start at most one process per GPU"
+            )
+        torch.cuda.set_device(ranks.local_rank)
+        return torch.device("cuda", ranks.local_rank)
     return torch.device(name)
 
 
@@ -130,13 +140,33 @@ def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], Non
 
 
 def start_run(
-    config: Config, *, log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False
+    config: Config,
+    *,
+    log: Callable[[str], None] = print,
+    should_stop: Callable[[], bool] = lambda: False,
+    ranks: Ranks | None = None,
 ) -> Run:
     """Check the location and the data, then create the run folder and write its config.
 
     A folder of that name that holds no checkpoint (a run stopped before its first generation was written) is
-    reused when it was started with the same settings; anything else there is refused.
+    reused when it was started with the same settings; anything else there is refused. With several processes,
+    the leader checks and decides, and every process builds its trainer.
     """
+    ranks = ranks or Ranks()
+    storage: Storage | None = None
+
+    def decide() -> dict[str, Any]:
+        nonlocal storage
+        named, run_dir, storage = _new_run(config)
+        return {"config": named.to_dict(), "run_dir": str(run_dir)}
+
+    decided = ranks.from_leader(decide)
+    named = Config.from_dict(decided["config"])
+    return _begin(named, Path(decided["run_dir"]), storage, log=log, should_stop=should_stop, verb="run", ranks=ranks)
+
+
+def _new_run(config: Config) -> tuple[Config, Path, Storage | None]:
+    """The checks of ``start_run``; the config with its run name, the run folder and the bucket."""
     root, storage = open_location(config)
     name = config.checkpoint.run_name or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, run_name=name))
@@ -157,7 +187,7 @@ def start_run(
         if stored is not None:
             where = f"{storage.uri}/{name}"
             _check_same_settings(_parse_config(stored, f"{where}/config.json"), config, where)
-    return _begin(config, run_dir, storage, log=log, should_stop=should_stop, verb="run")
+    return config, run_dir, storage
 
 
 def resume_or_start(
@@ -166,16 +196,22 @@ def resume_or_start(
     *,
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
+    ranks: Ranks | None = None,
 ) -> Run:
     """Resume the named run if it has a checkpoint, locally or in the bucket; else start it (a pod's start command)."""
+    ranks = ranks or Ranks()
     if not config.checkpoint.run_name:
         raise ConfigError("--resume-or-start needs --run-name (the run every start of the pod continues)")
-    root, storage = open_location(config)
-    run_dir = root / config.checkpoint.run_name
-    in_bucket = storage is not None and remote.latest_in_bucket(storage, config.checkpoint.run_name) is not None
-    if in_bucket or (run_dir.is_dir() and _has_checkpoint(run_dir)):
-        return resume_run(config, explicit, log=log, should_stop=should_stop)
-    return start_run(config, log=log, should_stop=should_stop)
+
+    def decide() -> dict[str, bool]:
+        root, storage = open_location(config)
+        run_dir = root / config.checkpoint.run_name
+        in_bucket = storage is not None and remote.latest_in_bucket(storage, config.checkpoint.run_name) is not None
+        return {"resume": in_bucket or (run_dir.is_dir() and _has_checkpoint(run_dir))}
+
+    if ranks.from_leader(decide)["resume"]:
+        return resume_run(config, explicit, log=log, should_stop=should_stop, ranks=ranks)
+    return start_run(config, log=log, should_stop=should_stop, ranks=ranks)
 
 
 def _begin(
@@ -186,19 +222,33 @@ def _begin(
     log: Callable[[str], None],
     should_stop: Callable[[], bool],
     verb: str,
+    ranks: Ranks,
 ) -> Run:
-    """Load the data, then write the run folder's config and build its trainer at generation 0."""
-    device = resolve_device(config.runtime.device)
-    market = load_market(config, device)
-    check_memory(config, market)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
-    (run_dir / "config.json").write_text(config.to_json() + "\n")
-    trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop)
+    """Load the data, then (the leader) write the run folder's config, and build the trainer at generation 0."""
+    device, market, sharding = _prepare(config, ranks)
+    if ranks.is_leader:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
+        (run_dir / "config.json").write_text(config.to_json() + "\n")
+    trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
     name = config.checkpoint.run_name
     where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
-    log(f"{verb} {where} | {market.num_assets} assets x {market.num_days} days | device {device}")
+    log(f"{verb} {where} | {market.num_assets} assets x {market.num_days} days | device {_describe(device, ranks)}")
     return _attach_uploader(Run(trainer, config), storage, log)
+
+
+def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:
+    """This process's device, the market on it, and its share of the population, each checked."""
+    device = resolve_device(config.runtime.device, ranks)
+    market = load_market(config, device)
+    check_memory(config, market)  # this machine may have less memory than the one that started the run
+    return device, market, Sharding(config.evolution.popsize, ranks, device)
+
+
+def _describe(device: torch.device, ranks: Ranks) -> str:
+    if not ranks.distributed:
+        return str(device)
+    return f"{device.type} x {ranks.world_size} processes (torch.distributed)"
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
@@ -274,6 +324,7 @@ def resume_run(
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
     resume_from: int | None = None,
+    ranks: Ranks | None = None,
 ) -> Run:
     """Continue the most recent (or ``--run-name``) run with its own config.
 
@@ -282,7 +333,39 @@ def resume_run(
         explicit: the dotted settings the user gave on the command line; any outside
             ``RESUMABLE_CHANGES`` that differs from the run's config is an error.
         resume_from: a complete generation to continue from instead of the latest.
+        ranks: with several processes, the leader finds the run and reads the checkpoint; each process takes its
+            share, whatever the number of processes that wrote it.
     """
+    ranks = ranks or Ranks()
+    storage: Storage | None = None
+    files: checkpoint.GenerationFiles | None = None
+
+    def decide() -> dict[str, Any]:
+        nonlocal storage, files
+        run_dir, storage, generation, files, resumed = _find_checkpoint(config, explicit, resume_from, log)
+        return {"run_dir": str(run_dir), "generation": generation, "config": resumed.to_dict()}
+
+    decided = ranks.from_leader(decide)
+    run_dir, generation = Path(decided["run_dir"]), decided["generation"]
+    resumed = Config.from_dict(decided["config"])
+    if generation is None:  # stopped before its first checkpoint
+        return _begin(resumed, run_dir, storage, log=log, should_stop=should_stop, verb="run", ranks=ranks)
+    device, market, sharding = _prepare(resumed, ranks)
+    trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
+    with _offering_earlier(run_dir, generation) if ranks.is_leader else contextlib.nullcontext():
+        trainer.restore(files)
+    log(f"resumed {run_dir} at generation {trainer.generation} | device {_describe(device, ranks)}")
+    note = device_change_note(trainer.restored_device, describe_device(device))
+    if note is not None:
+        log(note)
+    return _attach_uploader(Run(trainer, resumed), storage, log)
+
+
+def _find_checkpoint(
+    config: Config, explicit: dict[str, Any], resume_from: int | None, log: Callable[[str], None]
+) -> tuple[Path, Storage | None, int | None, checkpoint.GenerationFiles | None, Config]:
+    """The checks of ``resume_run``: the run folder, the bucket, the generation to load (None for a run with no
+    checkpoint yet, started again with its own settings), its files and the config to continue with."""
     root, storage = open_location(config)
     if storage is not None:
         name = config.checkpoint.run_name or remote.most_recent_run(storage)
@@ -297,7 +380,7 @@ def resume_run(
         _check_explicit(saved, explicit, run_dir)
         restarted = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
         log(f"{run_dir} has no complete generation yet: starting it from generation 0")
-        return _begin(restarted, run_dir, storage, log=log, should_stop=should_stop, verb="run")
+        return run_dir, storage, None, None, restarted
     generation = _generation_to_resume(run_dir, resume_from)
     with _offering_earlier(run_dir, generation):
         problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
@@ -311,17 +394,7 @@ def resume_run(
             raise CheckpointError(f"{files.path / 'state.json'}: no usable config ({error})") from None
     _check_explicit(saved, explicit, run_dir)
     resumed = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
-    device = resolve_device(resumed.runtime.device)
-    market = load_market(resumed, device)
-    check_memory(resumed, market)  # this machine may have less memory than the one that started the run
-    trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop)
-    with _offering_earlier(run_dir, generation):
-        trainer.restore(files)
-    log(f"resumed {run_dir} at generation {trainer.generation} | device {device}")
-    note = device_change_note(trainer.restored_device, describe_device(device))
-    if note is not None:
-        log(note)
-    return _attach_uploader(Run(trainer, resumed), storage, log)
+    return run_dir, storage, generation, files, resumed
 
 
 def _check_explicit(saved: Config, explicit: dict[str, Any], run_dir: Path) -> None:

@@ -39,8 +39,9 @@ from models.replay import ReplayBuffer
 from training.checkpointing import CheckpointWriter, StagingBuffers
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness
-from training.rollout import collect, validate
+from training.rollout import SharedSteps, collect, validate
 from training.selection import choose_champion, edge_bounds, selection_z
+from training.sharding import Sharding
 from utils import checkpoint, jsonl
 from utils.errors import CheckpointError
 from utils.telemetry import (
@@ -54,6 +55,8 @@ from utils.telemetry import (
     python_blocks,
 )
 
+TENSOR_GROUPS = ("population", "replay", "rng")
+"""The safetensors files of a checkpoint."""
 HOST_STREAMS = ("init", "episodes", "evolution")
 """Random streams on the CPU that run through the whole run; their states are checkpointed."""
 DEVICE_STREAMS = ("exploration", "replay", "mutation")
@@ -182,6 +185,9 @@ class Trainer:
         on_checkpoint: called with (generation, generations to protect) after each committed checkpoint,
             e.g. to hand it to a background uploader; it must not block. It runs on the checkpoint writer's
             thread (``training.checkpointing``).
+        sharding: the slots this process holds when the population is sharded over processes (``torchrun``);
+            by default one process holds them all. Only the leader writes checkpoints and metrics; a stop asked
+            of any process stops all of them at the same safe point.
     """
 
     def __init__(
@@ -193,6 +199,7 @@ class Trainer:
         log: Callable[[str], None] = print,
         should_stop: Callable[[], bool] = lambda: False,
         on_checkpoint: Callable[[int, set[int]], None] | None = None,
+        sharding: Sharding | None = None,
     ) -> None:
         self.config = config
         self.should_stop = should_stop
@@ -206,11 +213,13 @@ class Trainer:
         self.fingerprint = market_fingerprint(market)
         env_cfg, ddpg, evo, evaluation = config.env, config.ddpg, config.evolution, config.evaluation
         popsize = evo.popsize
+        self.sharding = sharding or Sharding(popsize, device=self.device)
+        held = self.sharding.per_rank
 
         self.generators = make_generators(config.runtime.seed, self.device)
         self.train_env = VectorPortfolioEnv(
             market,
-            num_agents=popsize,
+            num_agents=held,
             num_episodes=evaluation.episodes,
             episode_days=env_cfg.episode_days,
             lookback=env_cfg.lookback,
@@ -224,7 +233,7 @@ class Trainer:
         self.validation_starts = torch.tensor([validation.start - 1], device=self.device)
         self.validation_env = VectorPortfolioEnv(
             market,
-            num_agents=popsize + 2,
+            num_agents=held + 2,
             num_episodes=1,
             episode_days=len(validation),
             lookback=env_cfg.lookback,
@@ -246,6 +255,7 @@ class Trainer:
             exploration=(ddpg.exploration_min, ddpg.exploration_max),
             device=self.device,
             generator=self.generators["init"],
+            slots=self.sharding.slots,
         )
         self.buffer = ReplayBuffer(
             ddpg.buffer_size,
@@ -254,15 +264,18 @@ class Trainer:
             market.relatives,
             sample_shape=(popsize, ddpg.batch_size),
             device=self.device,
+            rows=self.sharding.slots,
         )
+        self._shared_steps = SharedSteps(self.sharding, num_episodes=evaluation.episodes, num_assets=market.num_assets)
         # Loss accumulators: written on the device every update, read once per generation.
-        self._critic_loss_sum = torch.zeros(popsize, device=self.device)
-        self._actor_loss_sum = torch.zeros(popsize, device=self.device)
+        self._critic_loss_sum = torch.zeros(held, device=self.device)
+        self._actor_loss_sum = torch.zeros(held, device=self.device)
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
         self._staging = StagingBuffers(self.device)
         self._noise: torch.Tensor | None = None  # ddpg.observation_noise's draws
         self._writer = CheckpointWriter()
+        self._gathered: dict[str, torch.Tensor] | None = None  # the leader's whole-population staging
 
         self.generation = 0
         self.champion_score = -math.inf
@@ -305,18 +318,18 @@ class Trainer:
         device."""
         evolution = self.config.evolution
         rewards = self.collect_episodes(self._sample_train_starts())
-        returns_per_episode = episode_returns(rewards)  # (P, E)
+        returns_per_episode = episode_returns(rewards)  # (P, E) of the agents held here
         fitness_per_agent = fitness(
             returns_per_episode[:, self.fitness_episodes], kind=evolution.fitness, worst_k=evolution.worst_k
         )
         self._timer.mark("evaluate_s")
-        return fitness_per_agent
+        return self.sharding.gather(fitness_per_agent)  # (P,)
 
     def _validate_and_crown(self, fitness_per_agent: torch.Tensor) -> Scores:
         """Phase 2: agents, champion and equal weight on the same validation days; crown only a proven edge.
         The generation's one host synchronisation brings back everything the decisions and the log need."""
         popsize = self.config.evolution.popsize
-        daily = validate(self.population, self.validation_env, self.validation_starts)  # (P + 2, D)
+        daily = self._gather_validation(validate(self.population, self.validation_env, self.validation_starts))
         z = selection_z(popsize, self.generation + 1, self.config.selection.alpha)
         edges = edge_bounds(daily[: popsize + 1], daily[popsize + 1], z=z)  # (P + 1,)
         scores = Scores(fitness_per_agent.cpu(), edges.cpu(), daily.sum(dim=1).cpu(), z)
@@ -330,12 +343,25 @@ class Trainer:
             by=self.config.selection.choose_by,
         )
         if crowned is not None:
-            self.population.crown(crowned)
+            owner = self.sharding.owner(crowned)
+            if self.sharding.ranks.rank == owner:
+                self.population.crown(crowned - self.sharding.slots.start)
+            self.sharding.broadcast_(list(self.population.champion.parameters()), src=owner)
             self.champion_generation = self.generation + 1
         slot = popsize if crowned is None else crowned  # the champion's slot, crowned now or before
         self.champion_score = float(scores.totals[slot])
         self.champion_edge = float(scores.edges[slot])
         return scores
+
+    def _gather_validation(self, daily: torch.Tensor) -> torch.Tensor:
+        """(P/W + 2, D) validation returns of the agents held here, the champion and equal weight -> (P + 2, D): every
+        rank's agents in slot order, then the leader's champion and equal weight, so every rank decides on the same
+        numbers."""
+        if not self.sharding.distributed:
+            return daily
+        held = self.sharding.per_rank
+        gathered = self.sharding.gather(daily).view(self.sharding.ranks.world_size, held + 2, -1)
+        return torch.cat([gathered[:, :held].flatten(0, 1), gathered[0, held:]])
 
     def _evolve(self, fitness_host: torch.Tensor) -> EvolutionPlan:
         """Phase 3: select on the fitness of exactly these parameters; the plan is made on the host, applied in
@@ -355,6 +381,7 @@ class Trainer:
             mutation_fraction=evolution.mutation_fraction,
             mutation_stdev=evolution.mutation_stdev,
             generator=self.generators["mutation"],
+            sharding=self.sharding,
         )
         self._timer.mark("evolve_s")
         return plan
@@ -370,7 +397,8 @@ class Trainer:
             losses = self.ddpg_step()
             self._critic_loss_sum += losses.critic
             self._actor_loss_sum += losses.actor
-        losses_host = torch.stack([self._critic_loss_sum, self._actor_loss_sum]).cpu() / max(updates, 1)
+        sums = self.sharding.gather(torch.stack([self._critic_loss_sum, self._actor_loss_sum], dim=1))  # (P, 2)
+        losses_host = sums.T.cpu() / max(updates, 1)
         self._timer.mark("update_s")
         return updates, losses_host
 
@@ -424,6 +452,7 @@ class Trainer:
             exploring=self.exploring,
             buffer=self.buffer,
             generator=self.generators["exploration"],
+            share=self._shared_steps,
         )
 
     def ddpg_step(self) -> UpdateLosses:
@@ -431,11 +460,12 @@ class Trainer:
         ddpg = self.config.ddpg
         batch = self.buffer.sample(self.generators["replay"])
         if ddpg.observation_noise > 0:  # in place: the windows are the ring's own gather buffers
-            if self._noise is None:  # allocated once, like every buffer of the loop
-                self._noise = torch.empty_like(batch.windows)
+            if self._noise is None:  # allocated once, like every buffer of the loop; drawn for all P (rows kept)
+                self._noise = batch.windows.new_empty((self.config.evolution.popsize, *batch.windows.shape[1:]))
+            slots = self.sharding.slots
             for windows in (batch.windows, batch.next_windows):
-                torch.randn(windows.shape, generator=self.generators["replay"], out=self._noise)
-                windows.add_(self._noise, alpha=ddpg.observation_noise)
+                torch.randn(self._noise.shape, generator=self.generators["replay"], out=self._noise)
+                windows.add_(self._noise[slots.start : slots.stop], alpha=ddpg.observation_noise)
         return ddpg_update(
             self.population,
             batch,
@@ -464,7 +494,7 @@ class Trainer:
         return reading
 
     def _check_stop(self) -> None:
-        if self.should_stop():
+        if self.sharding.ranks.any(self.should_stop()):
             raise RunStopped(self.generation)
 
     def _sample_train_starts(self) -> torch.Tensor:
@@ -502,15 +532,27 @@ class Trainer:
         starts a new one."""
         self._writer.close()
 
-    def _staged_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+    def _staged_tensors(self) -> dict[str, dict[str, torch.Tensor]] | None:
         """This generation's tensor groups as the checkpoint holds them, copied out of the live tensors into the
-        staging buffers (free only once no write is in flight)."""
-        staged = self._staging.capture(
-            {"population": self.population.state_tensors(), "replay": self.buffer.storage},
-            rows={"replay": self.buffer.size},
-        )
+        staging buffers (free only once no write is in flight). With the population sharded, every rank's slots
+        are gathered into the leader's buffers; the other ranks, which write nothing, get None."""
+        sources = {"population": self.population.state_tensors()}
+        if self.sharding.is_leader:  # the ring is the same on every rank: the leader's is written
+            sources["replay"] = self.buffer.storage
+        staged = self._staging.capture(sources, rows={"replay": self.buffer.size})
+        population = staged["population"]
+        if self.sharding.distributed:
+            slot_keys = self.population.slot_tensors().keys()
+            mine = {key: population[key] for key in slot_keys}
+            if self.sharding.is_leader and self._gathered is None:  # allocated once, like the staging buffers
+                popsize = self.config.evolution.popsize
+                self._gathered = {k: t.new_empty((popsize, *t.shape[1:])) for k, t in mine.items()}
+            self.sharding.gather_to_leader(mine, self._gathered)
+            if not self.sharding.is_leader:
+                return None
+            population = {**population, **self._gathered}
         return {
-            "population": staged["population"],
+            "population": population,
             "replay": self.buffer.state_dict(staged["replay"]),
             "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies already
         }
@@ -553,6 +595,8 @@ class Trainer:
         state = self.state_document()
         latest_row["checkpoint_s"] = waited + time.perf_counter() - start
         latest_row["generation_s"] = latest_row.get("generation_s", 0.0) + latest_row["checkpoint_s"]
+        if tensors is None:  # not the leader: its slots are in the leader's checkpoint
+            return
         # Everything the writer reads is fixed here: the loop changes the trainer's fields while it writes.
         generation, protect, row = self.generation, {self.champion_generation}, dict(latest_row)
 
@@ -574,21 +618,39 @@ class Trainer:
         for name in HOST_STREAMS:
             self.generators[name].set_state(states[name])
 
-    def restore(self, generation_files: checkpoint.GenerationFiles) -> None:
-        """Load a complete generation into this trainer's existing storage."""
-        where = generation_files.path
-        state = checkpoint.read_document(generation_files, "state")
-        if state.get("market_fingerprint") != self.fingerprint:
-            raise CheckpointError(f"{where}: the market data differs from the data this run was trained on")
+    def restore(self, generation_files: checkpoint.GenerationFiles | None) -> None:
+        """Load a complete generation into this trainer's existing storage.
+
+        With the population sharded, the leader reads and verifies the files (the others pass None), every rank
+        receives them (``Ranks.share_tensors``) and keeps its slots: a checkpoint of any number of processes
+        resumes with any other.
+        """
+        tensors: dict[str, dict[str, torch.Tensor]] | None = None
+
+        def read() -> dict[str, Any]:
+            nonlocal tensors
+            state = checkpoint.read_document(generation_files, "state")
+            if state.get("market_fingerprint") != self.fingerprint:
+                raise CheckpointError(
+                    f"{generation_files.path}: the market data differs from the data this run was trained on"
+                )
+            tensors = {name: checkpoint.read_tensors(generation_files, name) for name in TENSOR_GROUPS}
+            return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
+
+        documents = self.sharding.ranks.from_leader(read)
+        tensors = self.sharding.ranks.share_tensors(tensors)
+        state = documents["state"]
+        if state.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
+            raise CheckpointError("the market data differs from the data this run was trained on")
         loaders = {
             "population": self.population.load_state_tensors,
             "replay": self.buffer.load_state_dict,
             "rng": self._load_generator_states,
         }
+        where = generation_files.path if generation_files is not None else Path("the checkpoint")
         for name, load in loaders.items():
-            tensors = checkpoint.read_tensors(generation_files, name, device="cpu" if name == "rng" else self.device)
             try:
-                load(tensors)
+                load(tensors[name])
             except (KeyError, ValueError, RuntimeError) as error:
                 raise CheckpointError(f"{where / name}.safetensors does not fit the run's config: {error}") from None
         self.population.actor_optim.steps = int(state["actor_optim_steps"])
@@ -599,9 +661,9 @@ class Trainer:
         self.champion_generation = int(state["champion_generation"])
         self.champion_edge = float(state["champion_edge"])
         self.restored_device = state.get("device")  # None in checkpoints of earlier versions
-        # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
-        # the commit); the checkpoint's own history is the truth.
-        history = checkpoint.read_document(generation_files, "history")
-        self.metrics_path.unlink(missing_ok=True)
-        for row in history:
-            jsonl.append_row(self.metrics_path, row)
+        if self.sharding.is_leader:
+            # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
+            # the commit); the checkpoint's own history is the truth.
+            self.metrics_path.unlink(missing_ok=True)
+            for row in documents["history"]:
+                jsonl.append_row(self.metrics_path, row)

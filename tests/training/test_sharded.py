@@ -1,0 +1,254 @@
+"""The population sharded over processes (torchrun, gloo on the CPU) trains the run one process trains: the same
+evolution decisions, champion, metrics rows and parameters bit for bit; checkpoints of either resume with the other;
+a killed or stopped rank leaves the last checkpoint intact."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.population import Population
+from models.replay import ReplayBuffer
+from tests.run_checks import deterministic, rows, state_digest
+from tests.synthetic import make_market
+from training.evolution import plan_generation, slots_to_fetch
+from training.sharding import Ranks, Sharding
+from utils import checkpoint
+from utils.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = str(REPO / "tests" / "sharded_main.py")
+GENERATIONS = 4
+OUR_FRAME = re.compile(rf'File "{re.escape(str(REPO))}/(?!\.?venv)')
+"""A traceback line in the project's own code (torchrun's report of a failed or stopped job is not one)."""
+TRAIN = ["--preset", "smoke", "--seed", "7", "--no-progress", "--device", "cpu"]
+
+
+def launch(root: Path, name: str, *extra: str, processes: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """One process with plain python (no torchrun), or ``processes`` under torchrun on a free loopback port."""
+    if processes == 1:
+        command = [sys.executable, SCRIPT]
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={processes}",
+            SCRIPT,
+        ]
+    return subprocess.Popen(
+        [*command, *TRAIN, "--checkpoint-uri", str(root), "--run-name", name, *extra],
+        cwd=root.parent,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return output
+
+
+def wait_for(predicate, *, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """GENERATIONS generations in one process, without torchrun."""
+    root = tmp_path_factory.mktemp("reference") / "runs"
+    root.mkdir()
+    finish(launch(root, "ref", "--generations", str(GENERATIONS), processes=1))
+    return root / "ref"
+
+
+def assert_same_run(run_dir: Path, reference: Path) -> None:
+    assert checkpoint.latest_generation(run_dir) == GENERATIONS
+    assert [deterministic(r) for r in rows(run_dir)] == [deterministic(r) for r in rows(reference)]
+    assert state_digest(run_dir) == state_digest(reference)
+
+
+def test_two_processes_train_the_run_one_process_trains(tmp_path, reference):
+    root, log = tmp_path / "runs", tmp_path / "log"
+    log.mkdir()
+    output = finish(launch(root, "r", "--generations", str(GENERATIONS), processes=2, env={"SHARDED_LOG": str(log)}))
+    assert "x 2 processes (torch.distributed)" in output
+    assert output.count(f"gen    {GENERATIONS}/{GENERATIONS}") == 1  # one process speaks
+    assert_same_run(root / "r", reference)
+    # What the equality covers: offspring whose donors lived on the other rank, and champions crowned on each rank
+    # and broadcast from there.
+    for rank in (0, 1):
+        fetched = [int(n) for n in (log / f"fetched-{rank}").read_text().split()]
+        assert len(fetched) == GENERATIONS and sum(fetched) > 0
+    sources = {int(src) for src in (log / "champion-0").read_text().split()}
+    assert sources == {0, 1}
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
+def test_a_checkpoint_of_one_process_count_resumes_with_another(tmp_path, reference, before, after):
+    root = tmp_path / "runs"
+    finish(launch(root, "r", "--generations", "2", processes=before))
+    output = finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=after))
+    assert "resumed" in output and "at generation 2" in output
+    assert_same_run(root / "r", reference)
+
+
+def _pid(pids: Path, rank: int) -> int:
+    wait_for(lambda: (pids / f"rank-{rank}.pid").exists())
+    return int((pids / f"rank-{rank}.pid").read_text())
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_rank_killed_mid_generation_leaves_no_partial_generation_and_the_run_resumes(tmp_path, reference):
+    root, pids = tmp_path / "runs", tmp_path / "pids"
+    pids.mkdir()
+    env = {"SHARDED_PIDS": str(pids), "SHARDED_SLOW": "0.3"}
+    process = launch(root, "r", "--generations", str(GENERATIONS), processes=2, env=env)
+    run_dir = root / "r"
+    wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 2)
+    os.kill(_pid(pids, 1), signal.SIGKILL)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode != 0, output
+    wait_for(lambda: _gone(_pid(pids, 0)), timeout=60)
+    folders = [generation for generation, _ in checkpoint.generation_folders(run_dir)]
+    assert folders and checkpoint.complete_generations(run_dir) == sorted(folders)  # nothing partial to load
+    assert checkpoint.latest_generation(run_dir) < GENERATIONS
+    for generation in folders:
+        assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation)) == []
+    finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=2))
+    assert_same_run(run_dir, reference)
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_a_safe_point(tmp_path, reference):
+    root, pids = tmp_path / "runs", tmp_path / "pids"
+    pids.mkdir()
+    env = {"SHARDED_PIDS": str(pids), "SHARDED_SLOW": "0.3"}
+    process = launch(root, "r", "--generations", "200", processes=2, env=env)
+    run_dir = root / "r"
+    wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1)
+    os.kill(_pid(pids, 1), signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert not OUR_FRAME.search(output), output  # no traceback through the project's code (torchrun reports the stop)
+    stopped_at = checkpoint.latest_generation(run_dir)
+    assert stopped_at is not None and stopped_at < GENERATIONS
+    assert f"stopped by a signal to another process after generation {stopped_at}" in output
+    assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(stopped_at)) == []
+    assert _gone(_pid(pids, 0)) and _gone(_pid(pids, 1))
+    finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=1))
+    assert_same_run(run_dir, reference)
+
+
+def test_a_population_that_does_not_split_evenly_is_refused_before_anything_is_written(tmp_path):
+    root = tmp_path / "runs"
+    process = launch(root, "r", "--population", "3", processes=2)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode != 0
+    assert "error: evolution.popsize 3 must be a multiple of the number of processes (2)" in output
+    assert not OUR_FRAME.search(output), output
+    assert not (root / "r").exists()
+
+
+# ----------------------------------------------------------------------------- in one process
+
+
+def test_sharding_splits_slots_into_equal_blocks_and_refuses_a_remainder():
+    shards = [Sharding(8, Ranks(rank, 4)) for rank in range(4)]
+    assert [s.slots for s in shards] == [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]
+    assert [shards[0].owner(slot) for slot in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ConfigError, match="multiple of the number of processes"):
+        Sharding(6, Ranks(0, 4))
+
+
+def _population(slots: range | None = None) -> Population:
+    return Population(
+        6,
+        12,
+        encoder_hidden=8,
+        embedding=4,
+        head_hidden=8,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        exploration=(0.1, 1.0),
+        device="cpu",
+        generator=torch.Generator().manual_seed(3),
+        slots=slots,
+    )
+
+
+def test_a_shard_of_the_population_starts_as_the_same_slots_of_the_whole():
+    whole = _population().state_tensors()
+    shard = _population(range(2, 4))
+    for key, tensor in shard.state_tensors().items():
+        expected = whole[key] if key.startswith("champion.") else whole[key][2:4]
+        assert torch.equal(tensor, expected), key
+    # and loads a whole population's checkpoint by taking its rows
+    changed = {key: tensor + 1 for key, tensor in whole.items()}
+    shard.load_state_tensors(changed)
+    assert torch.equal(shard.actor.encoder.mlp.layers[0].weight, changed["actor.encoder.mlp.layers.0.weight"][2:4])
+
+
+def test_an_agents_replay_batches_do_not_depend_on_the_split():
+    market = make_market()
+    from environment.observation import WindowGatherer
+
+    gatherer = WindowGatherer(market.features, 2)
+
+    def ring(rows: range | None) -> ReplayBuffer:
+        buffer = ReplayBuffer(
+            64, market.num_assets, gatherer, market.relatives, sample_shape=(6, 5), device="cpu", rows=rows
+        )
+        days = torch.arange(10, 50, dtype=torch.int32)
+        weights = torch.full((40, market.num_assets + 1), 0.2)
+        buffer.add(
+            days=days,
+            weights=weights,
+            actions=weights,
+            rewards=days.float(),
+            next_weights=weights,
+            terminated=False,
+            truncated=False,
+        )
+        return buffer
+
+    whole = ring(None).sample(torch.Generator().manual_seed(1))
+    part = ring(range(4, 6)).sample(torch.Generator().manual_seed(1))
+    assert torch.equal(part.rewards, whole.rewards[4:6])
+    assert torch.equal(part.windows, whole.windows[4:6])
+
+
+def test_each_block_fetches_exactly_the_donors_it_lacks():
+    fitness = torch.tensor([0.5, -1.0, 2.0, 0.1, -0.3, 1.5, 0.7, -2.0])
+    plan = plan_generation(
+        fitness,
+        elites=2,
+        tournament_size=3,
+        crossover_prob=0.5,
+        mutation_prob=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
+    blocks = [range(0, 4), range(4, 8)]
+    needs = slots_to_fetch(plan, blocks)
+    for block, need in zip(blocks, needs):
+        offspring = [s for s in plan.offspring.tolist() if s in block]
+        donors = {int(plan.parents[s]) for s in offspring} | {int(plan.mates[s]) for s in offspring}
+        assert need == sorted(donors - set(block))

@@ -1,0 +1,246 @@
+"""The population sharded over processes with ``torch.distributed``: which slots a process holds, and the
+collectives that make W processes train one run.
+
+``torchrun --nproc_per_node=W main.py ...`` starts W processes (ranks). Each holds a contiguous block of
+P / W slots, runs its agents' episodes and their batched DDPG updates; what joins them:
+
+* every transition goes to every rank's replay ring (one gather per environment step), so the ring is the same
+  everywhere and is checkpointed once;
+* every random draw is made population-wide and each rank keeps its rows: a slot's exploration noise, replay
+  batches, initial parameters and mutations depend on the seed, the generation and the slot, never on W;
+* fitness, validation returns and losses are gathered, and every decision (champion, evolution plan) is computed
+  from the same gathered tensors on every rank, with the host streams every rank holds identically;
+* evolution moves only the rows of parents and mates that live on another rank (one all-to-all);
+* the leader (rank 0) alone touches storage: it decides the run to start or resume, gathers the population
+  into one checkpoint, and uploads; resuming, it reads the checkpoint and broadcasts it, so a run checkpointed
+  with one W resumes with any other.
+
+``python main.py`` without torchrun is one rank holding every slot: each method here is then the identity and no
+``torch.distributed`` call is made.
+
+Two groups: the host group (gloo) carries host tensors (the stop vote, checkpoints, resume), so a stop vote never
+waits on the accelerator; the device group carries tensors on the training device (NCCL on CUDA, the host group
+itself on the CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from utils.errors import ConfigError, InputError
+
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+"""What torchrun sets for each process; all of them present means this process was launched by it."""
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the older name before 2.10
+TIMEOUT = timedelta(minutes=30)
+"""How long a collective waits for a rank before the job fails: a checkpoint write or a slow rank, not a dead one
+(torchrun ends the job when a process dies)."""
+
+
+class Ranks:
+    """This process's place among the job's processes, and agreement among them on the host.
+
+    ``Ranks()`` is a job of one process; ``Ranks.connect()`` joins the job torchrun launched.
+    """
+
+    def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+
+    @staticmethod
+    def launched() -> bool:
+        """Whether torchrun (or another launcher setting its variables) started this process."""
+        return all(name in os.environ for name in LAUNCH_VARIABLES)
+
+    @classmethod
+    def connect(cls) -> Ranks:
+        """Join the job: the default process group, gloo, on the variables torchrun set."""
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=TIMEOUT)
+        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is True on any (a stop asked of one rank stops all of them)."""
+        if not self.distributed:
+            return flag
+        vote = torch.tensor([int(flag)], dtype=torch.int32)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+        return bool(vote.item())
+
+    def share_bytes(self, data: bytes | None) -> bytes:
+        """The leader's ``data`` on every rank (others pass None). Bytes, never pickles."""
+        if not self.distributed:
+            assert data is not None
+            return data
+        size = torch.tensor([len(data) if self.is_leader else 0], dtype=torch.int64)
+        dist.broadcast(size, src=0)
+        buffer = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if self.is_leader
+            else torch.empty(int(size.item()), dtype=torch.uint8)
+        )
+        if buffer.numel():
+            dist.broadcast(buffer, src=0)
+        return data if self.is_leader else buffer.numpy().tobytes()
+
+    def from_leader(self, decide: Callable[[], dict]) -> dict:
+        """``decide()`` on the leader, its JSON-able result on every rank.
+
+        An input error on the leader is raised on every rank with the same message (each exits with status 2);
+        any other failure there ends the others with an error that points to the leader's.
+        """
+        if not self.distributed:
+            return decide()
+        if not self.is_leader:
+            answer = json.loads(self.share_bytes(None))
+            if "input_error" in answer:
+                raise InputError(answer["input_error"])
+            if "failed" in answer:
+                raise RuntimeError("rank 0 failed; its error is above")
+            return answer["result"]
+        try:
+            result = decide()
+        except InputError as error:
+            self.share_bytes(json.dumps({"input_error": str(error)}).encode())
+            raise
+        except BaseException:
+            self.share_bytes(json.dumps({"failed": True}).encode())
+            raise
+        self.share_bytes(json.dumps({"result": result}).encode())
+        return result
+
+    def share_tensors(self, groups: dict[str, dict[str, torch.Tensor]] | None) -> dict[str, dict[str, torch.Tensor]]:
+        """The leader's host tensors (group -> key -> tensor) on every rank: a layout in JSON, then one broadcast
+        per tensor."""
+        if not self.distributed:
+            assert groups is not None
+            return groups
+        layout = {
+            name: {key: [str(t.dtype).removeprefix("torch."), list(t.shape)] for key, t in group.items()}
+            for name, group in (groups or {}).items()
+        }
+        layout = json.loads(self.share_bytes(json.dumps(layout).encode() if self.is_leader else None))
+        shared: dict[str, dict[str, torch.Tensor]] = {}
+        for name, entries in layout.items():
+            shared[name] = {}
+            for key, (dtype, shape) in entries.items():
+                if self.is_leader:
+                    tensor = groups[name][key].contiguous()
+                else:
+                    tensor = torch.empty(shape, dtype=getattr(torch, dtype))
+                if tensor.numel():
+                    dist.broadcast(tensor, src=0)
+                shared[name][key] = tensor
+        return shared
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class Sharding:
+    """The slots of a population of ``popsize`` that this rank holds, and the collectives over them.
+
+    Args:
+        popsize: P, the whole population.
+        ranks: the job's processes; P must be a multiple of their number.
+        device: this rank's training device (a CUDA device of its own on a GPU pod).
+    """
+
+    def __init__(self, popsize: int, ranks: Ranks | None = None, device: torch.device | str = "cpu") -> None:
+        self.ranks = ranks or Ranks()
+        world = self.ranks.world_size
+        if popsize % world:
+            raise ConfigError(
+                f"evolution.popsize {popsize} must be a multiple of the number of processes ({world}): "
+                "every rank holds the same number of slots"
+            )
+        self.popsize = popsize
+        self.per_rank = popsize // world
+        start = self.ranks.rank * self.per_rank
+        self.slots = range(start, start + self.per_rank)
+        self.device = torch.device(device)
+        self._device_group = None
+        if self.ranks.distributed and self.device.type == "cuda":
+            self._device_group = dist.new_group(backend="nccl", timeout=TIMEOUT)
+
+    @property
+    def distributed(self) -> bool:
+        return self.ranks.distributed
+
+    @property
+    def is_leader(self) -> bool:
+        return self.ranks.is_leader
+
+    def owner(self, slot: int) -> int:
+        """The rank that holds ``slot``."""
+        return slot // self.per_rank
+
+    # ------------------------------------------------------------------ on the training device
+
+    def gather(self, local: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """(P / W, ...) rows of this rank -> (P, ...) on every rank, in slot order."""
+        if not self.distributed:
+            return local if out is None else out.copy_(local)
+        if out is None:
+            out = local.new_empty((local.shape[0] * self.ranks.world_size, *local.shape[1:]))
+        _ALL_GATHER(out, local.contiguous(), group=self._device_group)
+        return out
+
+    def broadcast_(self, tensors: list[torch.Tensor], *, src: int) -> None:
+        """Overwrite ``tensors`` on every rank with rank ``src``'s."""
+        if not self.distributed:
+            return
+        for tensor in tensors:
+            dist.broadcast(tensor, src=src, group=self._device_group)
+
+    def fetch_rows(self, tensors: list[torch.Tensor], needs: list[list[int]]) -> list[torch.Tensor]:
+        """Rows held by other ranks, for evolution: ``needs[r]`` are the slots rank r wants from others (ascending,
+        none of its own). Returns, for each of ``tensors``, (len(needs[rank]), ...) rows in that order.
+
+        Every rank knows every rank's needs (they come from the one plan), so each sends exactly the rows asked of
+        it, packed into one (rows, values per agent) tensor, in one all-to-all.
+        """
+        rank, world = self.ranks.rank, self.ranks.world_size
+        width = sum(t[0].numel() for t in tensors)
+        dtype = tensors[0].dtype
+        if any(t.dtype != dtype for t in tensors):
+            raise TypeError("rows exchanged in one call must share a dtype")
+        sends = [[slot - self.slots.start for slot in needs[r] if self.owner(slot) == rank] for r in range(world)]
+        index = torch.tensor([i for rows in sends for i in rows], dtype=torch.long, device=self.device)
+        packed = torch.cat([t[index].flatten(1) for t in tensors], dim=1) if len(index) else None
+        send = packed if packed is not None else torch.empty((0, width), dtype=dtype, device=self.device)
+        receive_sizes = [sum(self.owner(slot) == q for slot in needs[rank]) for q in range(world)]
+        received = torch.empty((len(needs[rank]), width), dtype=dtype, device=self.device)
+        dist.all_to_all_single(
+            received,
+            send,
+            output_split_sizes=receive_sizes,
+            input_split_sizes=[len(rows) for rows in sends],
+            group=self._device_group,
+        )
+        columns = received.split([t[0].numel() for t in tensors], dim=1)
+        return [c.reshape(len(needs[rank]), *t.shape[1:]) for c, t in zip(columns, tensors)]
+
+    # ------------------------------------------------------------------ on the host
+
+    def gather_to_leader(self, local: dict[str, torch.Tensor], full: dict[str, torch.Tensor] | None) -> None:
+        """Host rows (P / W, ...) of every rank into the leader's ``full`` (P, ...) tensors (None elsewhere)."""
+        for key in sorted(local):
+            parts = list(full[key].chunk(self.ranks.world_size)) if self.is_leader else None
+            dist.gather(local[key], parts, dst=0)
