@@ -1,9 +1,12 @@
-"""Reading finished runs in tests: metrics rows, their deterministic part, and the parameters' digest."""
+"""Runs in tests: waiting for a trainer in a child process, and reading what it left (metrics rows, their
+deterministic part, the parameters' digest)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import time
 from pathlib import Path
 
 from training.trainer import MEASURED_KEYS
@@ -29,3 +32,17 @@ def state_digest(run_dir: Path) -> str:
             digest.update(f"{name}.{key}".encode())
             digest.update(tensors[key].contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def finish(process: subprocess.Popen, *, timeout: float = 300) -> str:
+    """The output of a child run that must succeed."""
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output
+    return output
+
+
+def wait_for(predicate, *, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)

@@ -36,6 +36,25 @@ def make_market(
     )
 
 
+def make_population(popsize: int, window_size: int, *, seed: int = 0, width: int = 4, slots: range | None = None):
+    """A small Population on the CPU (``slots``: the ones this process would hold of a sharded population)."""
+    from models.population import Population
+
+    return Population(
+        popsize,
+        window_size,
+        encoder_hidden=width,
+        embedding=width,
+        head_hidden=width,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        exploration=(0.1, 1.0),
+        device="cpu",
+        generator=torch.Generator().manual_seed(seed),
+        slots=slots,
+    )
+
+
 def random_simplex(*shape: int, generator: torch.Generator) -> torch.Tensor:
     """Random points on the simplex of the last dimension."""
     return torch.softmax(2 * torch.randn(*shape, generator=generator), dim=-1)

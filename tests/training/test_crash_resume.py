@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_checks import deterministic, rows, state_digest
+from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from utils import checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,19 +27,6 @@ def start(root: Path, name: str, *extra: str, pause: str | None = None) -> subpr
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=180)
-    assert process.returncode == 0, output
-    return output
-
-
-def wait_for(predicate, *, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 def resume(root: Path, name: str) -> str:

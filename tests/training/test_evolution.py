@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from models.population import Population
+from tests.synthetic import make_population
 from training.evolution import EvolutionPlan, crossover_, evolve_, mutate_, plan_generation, tournament
 
 P = 6
@@ -14,18 +15,7 @@ MUTATION = dict(mutation_fraction=0.2, mutation_stdev=0.1)
 
 
 def _population(seed: int = 0) -> Population:
-    population = Population(
-        P,
-        6,
-        encoder_hidden=4,
-        embedding=4,
-        head_hidden=4,
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=(0.1, 1.0),
-        device="cpu",
-        generator=torch.Generator().manual_seed(seed),
-    )
+    population = make_population(P, 6, seed=seed)
     g = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():  # every agent tensor distinct per slot, moments and targets included
         for tensor in population.agent_tensors().values():

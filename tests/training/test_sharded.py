@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,8 @@ import torch
 
 from models.population import Population
 from models.replay import ReplayBuffer
-from tests.run_checks import deterministic, rows, state_digest
-from tests.synthetic import make_market
+from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
+from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
 from training.sharding import Ranks, Sharding
 from utils import checkpoint
@@ -51,19 +50,6 @@ def launch(root: Path, name: str, *extra: str, processes: int, env: dict[str, st
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, output
-    return output
-
-
-def wait_for(predicate, *, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -180,19 +166,7 @@ def test_sharding_splits_slots_into_equal_blocks_and_refuses_a_remainder():
 
 
 def _population(slots: range | None = None) -> Population:
-    return Population(
-        6,
-        12,
-        encoder_hidden=8,
-        embedding=4,
-        head_hidden=8,
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=(0.1, 1.0),
-        device="cpu",
-        generator=torch.Generator().manual_seed(3),
-        slots=slots,
-    )
+    return make_population(6, 12, seed=3, width=8, slots=slots)
 
 
 def test_a_shard_of_the_population_starts_as_the_same_slots_of_the_whole():
