@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from utils.errors import ConfigError, StorageError
+from utils.errors import ConfigError, StorageError, one_line
 from utils.storage import ObjectInfo, PreconditionFailed, Storage, check_key, parse_uri
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
@@ -49,7 +49,6 @@ CHECKSUM = "auto"  # the library verifies uploads with CRC32C (MD5 without its C
 OBJECT_ADMIN_ROLE = "roles/storage.objectAdmin"
 _CONTENT_TYPE = "application/octet-stream"
 _READ_CHUNK = 1024 * 1024
-_MAX_MESSAGE = 240
 
 
 class _SessionLostError(Exception):
@@ -76,11 +75,6 @@ def _retry(deadline: float):
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     return DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=0.25, maximum=MAX_DELAY)
-
-
-def _one_line(text: object) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
 class _ProgressFile(io.BufferedReader):
@@ -173,7 +167,7 @@ class GCSStorage(Storage):
         try:
             yield
         except api.PreconditionFailed as err:
-            raise PreconditionFailed(f"{action} {self.uri}: {_one_line(err.message)}") from None
+            raise PreconditionFailed(f"{action} {self.uri}: {one_line(err.message)}") from None
         except api.NotFound:
             raise missing or StorageError(
                 f"bucket {self.bucket_name!r} of {self.uri} does not exist (or is not visible to these credentials): "
@@ -190,10 +184,10 @@ class GCSStorage(Storage):
         except auth.DefaultCredentialsError as err:
             raise StorageError(
                 f"no usable Google Cloud credentials to access {self.uri}: run `gcloud auth application-default "
-                f"login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file ({_one_line(err)})"
+                f"login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file ({one_line(err)})"
             ) from None
         except api.Forbidden as err:
-            said = _one_line(re.sub(r"^[A-Z]+ \S+: ", "", str(err.message)))  # without the request line
+            said = one_line(re.sub(r"^[A-Z]+ \S+: ", "", str(err.message)))  # without the request line
             raise StorageError(
                 f"permission denied while {action} {self.uri}: grant these credentials the role {OBJECT_ADMIN_ROLE} "
                 f"on bucket {self.bucket_name!r} (server said: {said})"
