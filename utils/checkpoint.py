@@ -9,11 +9,10 @@ Layout::
     RUN_DIR/gen-000012/manifest.json         written last: format_version, generation, size and sha256 of every file
     RUN_DIR/LATEST                           "gen-000012\\n", replaced atomically once the folder is in place
 
-A generation folder exists only if its manifest parses, has this format version and its own generation number,
-and every file it names is present with the recorded size. Files are written into a hidden temporary sibling
-(``.gen-000012.tmp-<pid>``) renamed into place, so a crash leaves the previous state or the new one, plus a stale
-temporary folder that ``prune_generations`` removes. Loading never unpickles: tensors go through safetensors, the
-rest through ``json``, and every file's size and SHA-256 are checked before its bytes reach a parser.
+A generation folder exists only if its manifest is valid and every file it names is present with the recorded
+size. Files are written and fsynced into a hidden temporary sibling (``.gen-000012.tmp-<pid>``) renamed into place,
+so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). Loading
+never unpickles, and checks every file's size and SHA-256 before its bytes reach a parser.
 
 JSON documents hold JSON-native values only, with finite floats and ``str`` keys (``json`` would turn ``{1: x}``
 into ``{"1": x}``), so they round-trip exactly; what may be NaN or infinite (fitness, losses) belongs in a tensor.
@@ -57,13 +56,7 @@ _HASH_CHUNK = 1024 * 1024
 
 @dataclass(frozen=True)
 class GenerationFiles:
-    """A complete generation folder, ready to read.
-
-    Attributes:
-        path: The generation folder.
-        generation: Its generation number.
-        manifest: The parsed manifest (``format_version``, ``generation``, ``files``: name → ``size``, ``sha256``).
-    """
+    """A generation folder, its number and its parsed manifest (``files``: name → ``size``, ``sha256``)."""
 
     path: Path
     generation: int
@@ -206,19 +199,12 @@ def write_generation(
     tensors: dict[str, dict[str, torch.Tensor]],
     documents: dict[str, Any],
 ) -> Path:
-    """Write one generation folder atomically and point ``LATEST`` at it.
-
-    Every file goes into a temporary sibling folder and is fsynced, ``manifest.json`` last; the folder is renamed
-    into place (an existing one of that generation renamed aside first), then ``LATEST`` is replaced atomically.
-    A crash at any moment leaves the previous complete generations readable; an exception removes the temporary
-    folder.
+    """Write one generation folder atomically (see the module docstring) and point ``LATEST`` at it.
 
     Args:
-        run_dir: The run directory (created if missing).
-        generation: The generation number, >= 0.
         tensors: Group name → flat dict of tensors (``{"actor": {"encoder.0.weight": t, ...}}``), each group one
             ``<name>.safetensors``; every dtype safetensors knows, generator states included, round-trips exactly.
-        documents: Document name → JSON-native value, each one ``<name>.json`` (see the module docstring).
+        documents: Document name → JSON-native value, each one ``<name>.json``.
 
     Raises:
         ValueError: A bad name, a value that is not a tensor, or a document that JSON cannot hold exactly; raised
@@ -425,17 +411,9 @@ def latest_generation(run_dir: Path) -> int | None:
 
 
 def open_generation(run_dir_or_generation_dir: Path, generation: int | None = None) -> GenerationFiles:
-    """Open a complete generation for reading.
-
-    Args:
-        run_dir_or_generation_dir: A run directory, or one generation's folder (recognised by its ``gen-NNNNNN``
-            name or by holding a ``manifest.json``).
-        generation: Which generation of a run directory; None means ``latest_generation``. With a generation
-            folder it must match, if given.
-
-    Raises:
-        CheckpointError: Nothing complete to open, or the folder is missing, incomplete or its manifest is bad.
-    """
+    """Open a complete generation for reading: ``generation`` of a run directory (None: ``latest_generation``), or
+    one generation's folder (its ``gen-NNNNNN`` name or its ``manifest.json`` tells), whose number must then match
+    ``generation`` if given. CheckpointError when there is nothing complete to open."""
     path = Path(run_dir_or_generation_dir)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint at {path}: not a directory")
@@ -484,15 +462,8 @@ def read_tensors(
     keys: Iterable[str] | None = None,
     device: str | torch.device = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """Read one tensor group (the name given to ``write_generation``), after verifying its size and SHA-256.
-
-    Args:
-        keys: Only these keys, in this order; None reads all.
-        device: Where to put the tensors.
-
-    Raises:
-        CheckpointError: The group is missing, the file is truncated or corrupt, not safetensors, or lacks a key.
-    """
+    """Read one tensor group (only ``keys``, in that order, if given) after verifying its size and SHA-256;
+    CheckpointError if it is missing, truncated, corrupt, not safetensors, or lacks a key."""
     if isinstance(keys, str):
         raise TypeError("keys must be an iterable of str, not a single str")
     path = gen.path / (name + TENSORS_SUFFIX)
@@ -536,13 +507,8 @@ def file_digests(path: Path, *algorithms: str) -> tuple[int, list[str]]:
 
 
 def file_problems(gen: GenerationFiles) -> dict[str, str | None]:
-    """What is wrong with each file of a generation folder, hashing every file by streaming (never parsing it).
-
-    Returns:
-        Every file the manifest names, in sorted order, then every other entry of the folder: name → None if the
-        file matches its manifest entry (size and SHA-256), else a one-line problem naming the path (missing, not
-        a regular file, truncated, corrupt, or not named in the manifest).
-    """
+    """Each file the manifest names (sorted), then every other entry of the folder: name → None if it matches its
+    size and SHA-256 (hashed by streaming, never parsed), else a one-line problem naming the path."""
     problems: dict[str, str | None] = {}
     for name, entry in sorted(gen.manifest["files"].items()):
         problem = _file_problem(gen.path, name, entry["size"])
@@ -605,16 +571,9 @@ def generations_to_delete(
 
 
 def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] = ()) -> list[int]:
-    """Delete complete generations older than the last ``keep_last``, and stale temporary files.
-
-    The rule is ``generations_to_delete``'s with ``latest_generation`` as the latest: never a generation in
-    ``protect``, the newest complete one up to it, nor incomplete ``gen-NNNNNN`` folders (left for inspection).
-    Temporary folders and files of processes that are no longer running (or of this process) are removed. Do not
-    call it while this process is in ``write_generation`` on another thread.
-
-    Returns:
-        The generations deleted, ascending.
-    """
+    """Delete the generations ``generations_to_delete`` names (``latest_generation`` as the latest; incomplete
+    folders are left for inspection) and the temporary files of processes no longer running or of this one (so not
+    while this process is in ``write_generation`` on another thread). Returns the generations deleted, ascending."""
     if type(keep_last) is not int or keep_last < 0:
         raise ValueError(f"keep_last must be a non-negative int, got {keep_last!r}")
     run_dir = Path(run_dir)

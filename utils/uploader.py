@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,15 +54,6 @@ CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 
 _LATEST_ATTEMPTS = 8
-_COUNTERS = (
-    "generations_uploaded",
-    "generations_abandoned",
-    "files_uploaded",
-    "files_skipped",
-    "bytes_uploaded",
-    "failures",
-    "generations_deleted",
-)
 
 
 def _describe(err: BaseException) -> str:
@@ -104,6 +95,9 @@ class UploadSummary:
         if self.pending is not None:
             line += f"; {generation_dirname(self.pending)} not uploaded yet"
         return line
+
+
+_COUNTERS = [field.name for field in fields(UploadSummary)][2:]  # after last_uploaded and pending
 
 
 class _Job(NamedTuple):
