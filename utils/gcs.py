@@ -44,14 +44,8 @@ _READ_CHUNK = 1024 * 1024
 
 
 def open_storage(uri: str, *, deadline: float = DEFAULT_DEADLINE) -> GCSStorage:
-    """The storage behind a ``gs://BUCKET/PREFIX`` location, with a client of its own: keep one per run.
-
-    Args:
-        deadline: How long one operation keeps retrying transient failures, in seconds.
-
-    Raises:
-        ConfigError: A malformed URI, or a local folder (which needs no storage object).
-    """
+    """The storage behind a ``gs://BUCKET/PREFIX`` location, with a client of its own (keep one per run), whose
+    operations keep retrying transient failures for ``deadline`` seconds; ConfigError for any other location."""
     scheme, bucket, prefix = parse_uri(uri)
     if scheme != "gs":
         raise ConfigError(f"{uri!r} is not a bucket location: expected gs://BUCKET/PREFIX")
@@ -80,14 +74,8 @@ class _ProgressFile(io.BufferedReader):
 
 
 class GCSStorage(Storage):
-    """Objects under ``gs://bucket/prefix``, through one ``google.cloud.storage.Client`` made on first use.
-
-    Args:
-        bucket: The bucket name.
-        prefix: Object-name prefix without leading or trailing slashes (``""``: the bucket's root).
-        deadline: Seconds one operation keeps retrying transient failures.
-        preflight_deadline: The time ``check_access`` may take, at most (plus credential discovery).
-    """
+    """Objects under ``gs://bucket/prefix`` through one ``google.cloud.storage.Client``, made on first use; an
+    operation retries transient failures for ``deadline`` seconds, ``check_access`` for ``preflight_deadline``."""
 
     def __init__(
         self,

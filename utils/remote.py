@@ -59,12 +59,8 @@ def _download_generation(storage: Storage, prefix: str, gen_dir: Path, *, skip: 
 
 def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generation: int | None = None) -> int | None:
     """Make ``local_run_dir`` hold the bucket's newest complete generation of ``run_key`` (or ``generation``),
-    unless the local copy already has it or a newer one. Files are downloaded beside the run folder and
-    verified against their manifest before the generation appears locally.
-
-    Returns:
-        The generation now available locally, or None if neither side has one.
-    """
+    unless the local copy already has it or a newer one; returns the generation now there (None: neither side has
+    one). Files are downloaded beside the run folder and verified before the generation appears locally."""
     local_run_dir = Path(local_run_dir)
     remote = generation if generation is not None else latest_in_bucket(storage, run_key)
     local = checkpoint.latest_generation(local_run_dir)
@@ -96,13 +92,9 @@ def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generati
 
 
 def fetch_generation(uri: str, scratch: Path, *, skip: frozenset[str] = frozenset()) -> tuple[Path, tuple[str, ...]]:
-    """Mirror what a reader needs of ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN``
-    into ``scratch``: the run's config.json and the generation's manifest and files, except ``skip``
-    (whose size in the bucket is checked against the manifest instead of downloading them).
-
-    Returns:
-        The local generation folder (inside a mirror of the run folder) and the names left in the bucket.
-    """
+    """Mirror ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN`` into ``scratch`` for a
+    reader: the run's config.json and the generation but ``skip``. Returns the local generation folder and the
+    names left in the bucket."""
     _, bucket, prefix = parse_uri(uri)
     parts = [part for part in prefix.split("/") if part]
     generation = checkpoint.parse_dirname(parts[-1]) if parts else None

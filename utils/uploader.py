@@ -118,11 +118,8 @@ class CheckpointUploader:
 
     Args:
         storage: Where the run goes (usually a ``GCSStorage``); keep one per run.
-        local_run_dir: The local run directory written by ``utils.checkpoint``.
         run_key: The run's folder in ``storage`` (``"run-20261122-043012"``).
-        keep_last: How many complete generations retention keeps in the bucket (at least one).
         log: Receives one line per event (failed, recovered, abandoned); called from the upload thread.
-        retry_delay: The first pause after a failed attempt, in seconds; it doubles up to ``max_retry_delay``.
     """
 
     def __init__(
