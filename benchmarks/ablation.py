@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.learning import SMALL_MARKET, run_one, small_config
+from benchmarks.learning import HEADER, SMALL_MARKET, format_row, run_one, small_config
 
 VARIANTS = (
     "default",
@@ -76,11 +76,7 @@ def main() -> None:
     parser.add_argument("--json-out", help="write the rows as JSON here")
     args = parser.parse_args()
     rows = []
-    print(
-        f"{'variant':<20}{'market':<12}{'seed':>5}{'champion':>10}{'equal w.':>10}{'rule':>8}{'turnover x':>12}"
-        f"{'gap pts':>9}{'crowned':>9}",
-        flush=True,
-    )
+    print(f"{'variant':<20}{HEADER}", flush=True)
     for name in args.variants.split(","):
         if name not in VARIANTS:
             raise SystemExit(f"unknown variant {name!r} (choose from {', '.join(VARIANTS)})")
@@ -98,12 +94,7 @@ def main() -> None:
                         **strengths,
                     )
                 rows.append({"variant": name, **row})
-                print(
-                    f"{name:<20}{kind:<12}{seed:>5}{row['champion']:>+10.3f}{row['equal_weight']:>+10.3f}"
-                    f"{row['rule']:>+8.3f}{row['turnover_ratio']:>12.2f}{row['return_gap']:>+9.2f}"
-                    f"{row['crowned']:>9}",
-                    flush=True,
-                )
+                print(f"{name:<20}{format_row(kind, seed, row)}", flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
 

@@ -127,6 +127,22 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     }
 
 
+HEADER = (
+    f"{'market':<12}{'seed':>5}{'champion':>10}{'equal w.':>10}{'rule':>10}{'of rule':>9}"
+    f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'rule edge':>11}{'train s':>9}"
+)
+
+
+def format_row(kind: str, seed: int, row: dict) -> str:
+    """One ``run_one`` row as a line under ``HEADER``."""
+    of_rule = "" if row["of_rule"] is None else f"{row['of_rule']:.2f}"
+    return (
+        f"{kind:<12}{seed:>5}{row['champion']:>+10.3f}{row['equal_weight']:>+10.3f}{row['rule']:>+10.3f}"
+        f"{of_rule:>9}{row['turnover_ratio']:>12.2f}{row['return_gap']:>+9.2f}{row['crowned']:>9}"
+        f"{row['rule_edge'] * 100:>+10.1f}%{row['train_s']:>9.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
@@ -140,21 +156,12 @@ def main() -> None:
     base = override(preset(args.preset), parse_assignments(args.set))
     log = (lambda line: None) if args.quiet else print
     rows = []
-    header = f"{'market':<12}{'seed':>5}{'champion':>10}{'equal w.':>10}{'rule':>10}{'of rule':>9}"
-    header += f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'rule edge':>11}{'train s':>9}"
     for kind in args.kinds.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             row = run_one(kind, seed, base, Path(args.out), log)
             rows.append(row)
-            of_rule = "" if row["of_rule"] is None else f"{row['of_rule']:.2f}"
-            print(header)
-            print(
-                f"{kind:<12}{seed:>5}{row['champion']:>+10.3f}{row['equal_weight']:>+10.3f}{row['rule']:>+10.3f}"
-                f"{of_rule:>9}{row['turnover_ratio']:>12.2f}{row['return_gap']:>+9.2f}{row['crowned']:>9}"
-                f"{row['rule_edge'] * 100:>+10.1f}%"
-                f"{row['train_s']:>9.0f}",
-                flush=True,
-            )
+            print(HEADER)
+            print(format_row(kind, seed, row), flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
 

@@ -18,7 +18,6 @@ folder that is renamed into place, so a failure leaves no partial export.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -34,12 +33,12 @@ from config import Config
 from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
 from environment.market import Market
 from models.networks import build_actor
-from training.inspection import Located, locate
+from training.inspection import TARGET_HELP, Located, locate
 from training.runs import load_market
 from training.trainer import market_fingerprint
 from utils import checkpoint
-from utils.cli import ArgumentParser
-from utils.errors import CheckpointError, InputError
+from utils.cli import parse_command
+from utils.errors import CheckpointError, ConfigError, InputError
 
 ACTOR_FORMAT = "erl-trader-actor"
 ACTOR_FORMAT_VERSION = 1
@@ -68,6 +67,29 @@ def rebuild_market(config: Config, *, fingerprint: object, where: str) -> Market
             "was trained on (its fingerprint differs)"
         )
     return market
+
+
+def run_config(document: Any, where: str) -> Config:
+    """The config a checkpoint or an export records; CheckpointError naming ``where`` if it is missing or invalid."""
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{where} holds no config")
+    try:
+        return Config.from_dict(document)
+    except (ConfigError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{where}: its config is not valid: {error}") from None
+
+
+def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], Config, Market]:
+    """The state document, config and rebuilt market of a located generation; a damaged one is refused with
+    ``refusal`` (``"cannot export from"``) and its first problem."""
+    gen = located.gen
+    if located.problems:
+        raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
+    state = checkpoint.read_document(gen, "state")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
+    config = run_config(state.get("config"), str(gen.path / "state.json"))
+    return state, config, rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
 
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
@@ -322,14 +344,7 @@ def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[s
 
 def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> Path:
     gen = located.gen
-    if located.problems:
-        raise CheckpointError(f"cannot export from a damaged generation: {located.problems[0]}")
-    state = checkpoint.read_document(gen, "state")
-    if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
-        raise CheckpointError(f"{gen.path / 'state.json'} holds no config")
-    config = Config.from_dict(state["config"])
-
-    market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
+    state, config, market = read_generation(located, refusal="cannot export from")
     params = _champion(gen, config, config.env.lookback * market.num_features)
     spec = actor_spec(config=config, market=market, params=params, state=state, gen=gen, run_dir=located.run_dir)
 
@@ -357,18 +372,14 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     return out_dir
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python main.py export",
-        description="Write a checkpoint's champion actor (safetensors, JSON spec, README with a PyTorch forward pass).",
-    )
-    parser.add_argument("target", help="a run folder (its newest intact generation) or a gen-NNNNNN folder")
-    parser.add_argument("out_dir", help="a new or empty folder for actor.safetensors, actor.json and README.md")
-    return parser
-
-
 def main(argv: Sequence[str]) -> int:
     """``export``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
-    args = _parser().parse_args(list(argv))
+    args = parse_command(
+        argv,
+        "export",
+        "Write a checkpoint's champion actor (safetensors, JSON spec, README with a PyTorch forward pass).",
+        ("target", {"help": TARGET_HELP}),
+        ("out_dir", {"help": "a new or empty folder for actor.safetensors, actor.json and README.md"}),
+    )
     export_champion(args.target, args.out_dir)
     return 0

@@ -27,7 +27,6 @@ checked in the bucket instead.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -42,7 +41,7 @@ import torch
 
 from training.state_document import history_problem, state_problem
 from utils import checkpoint, remote
-from utils.cli import ArgumentParser
+from utils.cli import parse_command
 from utils.errors import CheckpointError, InputError
 from utils.jsonl import finite_or_null
 from utils.plots import plot_history
@@ -114,6 +113,9 @@ def _run_of(gen_dir: Path) -> Path | None:
     parent = gen_dir.parent
     return parent if (parent / "config.json").is_file() else None
 
+
+TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folder"
+"""The help of the TARGET of ``inspect`` and ``export``."""
 
 LEFT_IN_BUCKET = frozenset({"replay.safetensors"})
 """What a gs:// target never downloads: nothing inspect or export reports needs the replay ring."""
@@ -560,21 +562,17 @@ def format_report(report: dict[str, Any]) -> str:
 # Command line
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python main.py inspect",
-        description="Report a checkpoint (a run folder or one generation folder) without training. "
-        "Exit status 0 when the reported generation is intact, 2 on bad input or a damaged generation.",
-    )
-    parser.add_argument("target", help="a run folder (its newest intact generation) or a gen-NNNNNN folder")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
-    parser.add_argument("--plot", metavar="FILE", help="also write the fitness and validation history as a PNG")
-    return parser
-
-
 def main(argv: Sequence[str]) -> int:
     """``inspect``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
-    args = _parser().parse_args(list(argv))
+    args = parse_command(
+        argv,
+        "inspect",
+        "Report a checkpoint (a run folder or one generation folder) without training. "
+        "Exit status 0 when the reported generation is intact, 2 on bad input or a damaged generation.",
+        ("target", {"help": TARGET_HELP}),
+        ("--json", {"action": "store_true", "help": "print one JSON object instead of the text report"}),
+        ("--plot", {"metavar": "FILE", "help": "also write the fitness and validation history as a PNG"}),
+    )
     plot = None if args.plot is None else Path(args.plot).expanduser()
     if plot is not None and not plot.parent.is_dir():
         raise InputError(f"cannot write the plot {plot}: no folder {plot.parent}")

@@ -20,7 +20,6 @@ earlier report in that folder are replaced; nothing else there is touched.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -37,12 +36,12 @@ from config import Config
 from environment.market import Market
 from models.networks import Actor, build_actor
 from training.evaluation import INDEX, RANGES, RangeResult, evaluate
-from training.export import ACTOR_FORMAT, rebuild_market
+from training.export import ACTOR_FORMAT, read_generation, rebuild_market, run_config
 from training.inspection import locate
 from training.metrics import drawdown_curve, equity_curve
 from utils import checkpoint
 from utils import tensorboard as board_log
-from utils.cli import ArgumentParser
+from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
 from utils.gcs import open_storage
 from utils.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
@@ -99,15 +98,6 @@ def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, 
             param.copy_(value)
 
 
-def _config(document: Any, where: str) -> Config:
-    if not isinstance(document, dict):
-        raise CheckpointError(f"{where} holds no config")
-    try:
-        return Config.from_dict(document)
-    except (ConfigError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{where}: its config is not valid: {error}") from None
-
-
 def _from_export(folder: Path, label: str) -> Champion:
     try:
         spec = json.loads((folder / "actor.json").read_text(encoding="utf-8"))
@@ -115,7 +105,7 @@ def _from_export(folder: Path, label: str) -> Champion:
         raise CheckpointError(f"{label}/actor.json cannot be read: {error}") from None
     if not isinstance(spec, dict) or spec.get("format") != ACTOR_FORMAT or not isinstance(spec.get("source"), dict):
         raise CheckpointError(f"{label}/actor.json is not an exported actor of this project")
-    config = _config(spec["source"].get("config"), f"{label}/actor.json")
+    config = run_config(spec["source"].get("config"), f"{label}/actor.json")
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
     try:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
@@ -136,13 +126,7 @@ def _from_export(folder: Path, label: str) -> Champion:
 def _from_checkpoint(target: str, scratch: Path) -> Champion:
     located = locate(target, scratch)
     gen = located.gen
-    if located.problems:
-        raise CheckpointError(f"cannot evaluate a damaged generation: {located.problems[0]}")
-    state = checkpoint.read_document(gen, "state")
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
-    config = _config(state.get("config"), str(gen.path / "state.json"))
-    market = rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
+    state, config, market = read_generation(located, refusal="cannot evaluate")
     actor = build_actor(config.model, config.env.lookback * market.num_features).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
@@ -398,20 +382,16 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
     return folder
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python main.py evaluate",
-        description="Score a champion on the validation and holdout ranges against baselines; write a report.",
-    )
-    parser.add_argument("target", help="a run folder, a gen-NNNNNN folder or an exported actor; local or gs://")
-    parser.add_argument("--out", help="report folder (default: <run>/evaluation/gen-NNNNNN, see the docs)")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    parser.add_argument("--tensorboard", action="store_true", help="also write the figures as TensorBoard events")
-    return parser
-
-
 def main(argv: Sequence[str]) -> int:
     """``evaluate``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
-    args = _parser().parse_args(list(argv))
+    args = parse_command(
+        argv,
+        "evaluate",
+        "Score a champion on the validation and holdout ranges against baselines; write a report.",
+        ("target", {"help": "a run folder, a gen-NNNNNN folder or an exported actor; local or gs://"}),
+        ("--out", {"help": "report folder (default: <run>/evaluation/gen-NNNNNN, see the docs)"}),
+        ("--json", {"action": "store_true", "help": "print the report as one JSON object"}),
+        ("--tensorboard", {"action": "store_true", "help": "also write the figures as TensorBoard events"}),
+    )
     run(args.target, out=args.out, tensorboard=args.tensorboard, as_json=args.json)
     return 0

@@ -9,24 +9,18 @@ Layout::
     RUN_DIR/gen-000012/manifest.json         written last: format_version, generation, size and sha256 of every file
     RUN_DIR/LATEST                           "gen-000012\\n", replaced atomically once the folder is in place
 
-A generation folder exists only if its manifest parses, has this format version and its own generation number,
-and every file it names is present with the recorded size. Files are written into a hidden temporary sibling
-(``.gen-000012.tmp-<pid>``) and the folder is renamed into place, so a crash leaves either the previous state or
-the new one, plus a stale temporary folder that ``prune_generations`` removes.
+A generation folder exists only if its manifest is valid and every file it names is present with the recorded
+size. Files are written and fsynced into a hidden temporary sibling (``.gen-000012.tmp-<pid>``) renamed into place,
+so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). Loading
+never unpickles, and checks every file's size and SHA-256 before its bytes reach a parser.
 
-Loading never unpickles: tensors go through safetensors, everything else through ``json``, and every file's size
-and SHA-256 are checked against the manifest before its bytes reach a parser.
-
-JSON documents must be JSON-native values (dicts with ``str`` keys, lists, tuples, ``str``, ``int``, ``float``,
-``bool``, ``None``; tuples come back as lists) and every float must be finite: ``write_generation`` raises
-``ValueError`` naming the offending path (for example ``documents['evolution']['fitness'][3]``) before anything is
-written. Anything that must survive a resume bit for bit and may hold NaN or infinity (fitness, losses) belongs in a
-tensor group, which stores it exactly.
-Non-``str`` dict keys are refused for the same reason: ``json`` would silently turn ``{1: x}`` into ``{"1": x}``.
+JSON documents hold JSON-native values only, with finite floats and ``str`` keys (``json`` would turn ``{1: x}``
+into ``{"1": x}``), so they round-trip exactly; what may be NaN or infinite (fitness, losses) belongs in a tensor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -62,13 +56,7 @@ _HASH_CHUNK = 1024 * 1024
 
 @dataclass(frozen=True)
 class GenerationFiles:
-    """A complete generation folder, ready to read.
-
-    Attributes:
-        path: The generation folder.
-        generation: Its generation number.
-        manifest: The parsed manifest (``format_version``, ``generation``, ``files``: name → ``size``, ``sha256``).
-    """
+    """A generation folder, its number and its parsed manifest (``files``: name → ``size``, ``sha256``)."""
 
     path: Path
     generation: int
@@ -108,8 +96,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_durably(path: Path, data: bytes | list[bytes]) -> None:
     with open(path, "xb") as f:
-        for chunk in [data] if isinstance(data, bytes) else data:
-            f.write(chunk)
+        f.writelines([data] if isinstance(data, bytes) else data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -117,6 +104,8 @@ def _write_durably(path: Path, data: bytes | list[bytes]) -> None:
 def _check_name(name: str, what: str) -> None:
     if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
         raise ValueError(f"{what} name {name!r} must be a plain file name stem matching {_NAME_RE.pattern}")
+    if what == "document" and name + DOCUMENT_SUFFIX == MANIFEST_NAME:
+        raise ValueError(f"document name {name!r} is reserved for the manifest")
 
 
 def _check_json_value(value: Any, where: str) -> None:
@@ -156,16 +145,12 @@ _SAFETENSORS_DTYPES = {
 
 def _tensor_group_chunks(name: str, group: dict[str, torch.Tensor]) -> list[bytes]:
     """The safetensors encoding of ``group`` as the header and each tensor's bytes, never joined into one buffer
-    (that allocated the whole file again at every checkpoint), written here rather than by ``safetensors.torch.save``.
+    (that allocated the whole file again at every checkpoint).
 
-    The format is an 8-byte little-endian header length, a JSON header (dtype, shape and byte range of each
-    tensor, space-padded to 8 bytes) and the raw little-endian bytes in header order. Writing it directly
-    leaves no reference cycles behind, so a healthy run's object count stays exactly flat; the library's
-    writer leaves two objects for the collector per tensor and call (a ``ctypes.cast`` pointer whose
-    ``_objects`` dict holds it): ``benchmarks/safetensors_cycles.py``, safetensors 0.8.0, 6 tensors, 100 calls
-    after 20: ``save`` and ``save_file`` 1,200 unreachable, this writer 0. The library also refuses tensors that
-    share memory, which this writer copies out. Reading still goes through the safetensors parser, and a test
-    checks the two agree.
+    The format: an 8-byte little-endian header length, a JSON header (dtype, shape and byte range of each tensor,
+    space-padded to 8 bytes), then the raw bytes in header order. Not ``safetensors.torch.save``: it leaves two
+    objects per tensor for the collector (``benchmarks/safetensors_cycles.py``), which would make a healthy run's
+    object count saw-tooth, and it refuses tensors that share memory. Reading goes through the library's parser.
     """
     if not isinstance(group, dict):
         raise ValueError(f"tensor group {name!r} must be a dict of str to torch.Tensor, got {type(group).__name__}")
@@ -214,27 +199,16 @@ def write_generation(
     tensors: dict[str, dict[str, torch.Tensor]],
     documents: dict[str, Any],
 ) -> Path:
-    """Write one generation folder atomically and point ``LATEST`` at it.
-
-    Every file goes into a temporary sibling folder and is fsynced; ``manifest.json`` is written last; the folder is
-    renamed into place (an existing folder of that generation is renamed aside first and deleted after), then
-    ``LATEST`` is replaced atomically. A crash at any moment leaves the previous complete generations readable.
-    If writing fails with an exception, the temporary folder is removed.
+    """Write one generation folder atomically (see the module docstring) and point ``LATEST`` at it.
 
     Args:
-        run_dir: The run directory (created if missing).
-        generation: The generation number, >= 0.
-        tensors: Group name → flat dict of tensors (``{"actor": {"encoder.0.weight": t, ...}}``); each group becomes
-            ``<name>.safetensors``. Tensors are detached, moved to CPU and made contiguous; any dtype safetensors
-            knows, generator states (uint8) included, round-trips exactly.
-        documents: Document name → JSON-native value; each becomes ``<name>.json``. Floats must be finite and dict
-            keys ``str`` (see the module docstring); ``ValueError`` otherwise, before anything is written.
-
-    Returns:
-        The final generation folder.
+        tensors: Group name → flat dict of tensors (``{"actor": {"encoder.0.weight": t, ...}}``), each group one
+            ``<name>.safetensors``; every dtype safetensors knows, generator states included, round-trips exactly.
+        documents: Document name → JSON-native value, each one ``<name>.json``.
 
     Raises:
-        ValueError: A bad name, a value that is not a tensor, or a document that JSON cannot hold exactly.
+        ValueError: A bad name, a value that is not a tensor, or a document that JSON cannot hold exactly; raised
+            before anything is written.
     """
     run_dir = Path(run_dir)
     dirname = generation_dirname(generation)
@@ -246,8 +220,6 @@ def write_generation(
         payloads[name + TENSORS_SUFFIX] = _tensor_group_chunks(name, group)
     for name, document in documents.items():
         _check_name(name, "document")
-        if name + DOCUMENT_SUFFIX == MANIFEST_NAME:
-            raise ValueError(f"document name {name!r} is reserved for the manifest")
         _check_json_value(document, f"documents[{name!r}]")
         payloads[name + DOCUMENT_SUFFIX] = [json.dumps(document, allow_nan=False, separators=(",", ":")).encode()]
     manifest = {
@@ -300,38 +272,6 @@ def write_latest(run_dir: Path, generation: int) -> None:
 # Finding complete generations
 
 
-def _check_file_name(name: Any, manifest_path: Path) -> None:
-    if (
-        not isinstance(name, str)
-        or _NAME_RE.fullmatch(name) is None
-        or name == MANIFEST_NAME
-        or not (name.endswith(TENSORS_SUFFIX) or name.endswith(DOCUMENT_SUFFIX))
-    ):
-        raise CheckpointError(
-            f"unsafe or unknown file name {name!r} in {manifest_path}: the manifest may only name plain "
-            f"'*{TENSORS_SUFFIX}' or '*{DOCUMENT_SUFFIX}' files inside the generation folder"
-        )
-
-
-def _load_manifest(gen_dir: Path) -> dict:
-    """Parse and validate ``gen_dir/manifest.json`` (no file checks); CheckpointError naming the manifest if bad."""
-    path = gen_dir / MANIFEST_NAME
-    if gen_dir.is_symlink():  # retention and rewrites act on real folders; a link would reach outside the run
-        raise CheckpointError(f"{gen_dir} is a symbolic link, not a generation folder; replace it with a copy")
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{path} is not a regular file")
-        if st.st_size > _MAX_MANIFEST_BYTES:
-            raise CheckpointError(f"{path} is implausibly large ({st.st_size} bytes)")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME}: the generation was not completely written") from None
-    except OSError as err:
-        raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
-    return parse_manifest(data, path, expected_generation=parse_dirname(gen_dir.name))
-
-
 def parse_manifest(data: bytes, path: Path | str, *, expected_generation: int | None = None) -> dict:
     """A manifest's bytes, validated (the one parser, for a folder and for a bucket); CheckpointError naming
     ``path`` if bad."""
@@ -341,19 +281,26 @@ def parse_manifest(data: bytes, path: Path | str, *, expected_generation: int | 
         raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"checkpoint manifest {path} is not a JSON object")
-    version = manifest.get("format_version")
+    version, generation, files = (manifest.get(key) for key in ("format_version", "generation", "files"))
     if version != FORMAT_VERSION or type(version) is not int:
         raise CheckpointError(
             f"checkpoint manifest {path} has format_version {version!r}; this program reads version {FORMAT_VERSION}"
         )
-    generation = manifest.get("generation")
     if type(generation) is not int or generation < 0:
         raise CheckpointError(f"checkpoint manifest {path} has a bad generation {generation!r}")
-    files = manifest.get("files")
     if not isinstance(files, dict):
         raise CheckpointError(f"checkpoint manifest {path} has no 'files' object")
     for name, entry in files.items():
-        _check_file_name(name, path)
+        if (
+            not isinstance(name, str)
+            or _NAME_RE.fullmatch(name) is None
+            or name == MANIFEST_NAME
+            or not name.endswith((TENSORS_SUFFIX, DOCUMENT_SUFFIX))
+        ):
+            raise CheckpointError(
+                f"unsafe or unknown file name {name!r} in {path}: the manifest may only name plain "
+                f"'*{TENSORS_SUFFIX}' or '*{DOCUMENT_SUFFIX}' files inside the generation folder"
+            )
         if (
             not isinstance(entry, dict)
             or type(entry.get("size")) is not int
@@ -370,7 +317,7 @@ def parse_manifest(data: bytes, path: Path | str, *, expected_generation: int | 
 
 
 def _file_problem(gen_dir: Path, name: str, size: int) -> str | None:
-    """Why ``gen_dir/name`` does not match the manifest's size (cheap: no hashing), else None."""
+    """Why ``gen_dir/name`` is not a regular file of ``size`` bytes, else None (cheap: no hashing)."""
     path = gen_dir / name
     try:
         st = os.lstat(path)
@@ -383,29 +330,42 @@ def _file_problem(gen_dir: Path, name: str, size: int) -> str | None:
     return None
 
 
-def _load_complete_manifest(gen_dir: Path) -> dict:
-    manifest = _load_manifest(gen_dir)
-    for name, entry in manifest["files"].items():
+def read_manifest(gen_dir: Path) -> GenerationFiles:
+    """A generation folder with a valid manifest, whatever the state of its files (for inspecting damage:
+    ``file_problems`` lists it, and ``read_tensors`` and ``read_document`` still verify what they read).
+
+    Raises:
+        CheckpointError: The folder is missing or a link, or its manifest is missing, unreadable, of another
+            format version or names another generation.
+    """
+    gen_dir = Path(gen_dir)
+    path = gen_dir / MANIFEST_NAME
+    if gen_dir.is_symlink():  # retention and rewrites act on real folders; a link would reach outside the run
+        raise CheckpointError(f"{gen_dir} is a symbolic link, not a generation folder; replace it with a copy")
+    if not gen_dir.is_dir():
+        raise CheckpointError(f"no checkpoint at {gen_dir}: not a directory")
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{path} is not a regular file")
+        if st.st_size > _MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{path} is implausibly large ({st.st_size} bytes)")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME}: the generation was not completely written") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
+    manifest = parse_manifest(data, path, expected_generation=parse_dirname(gen_dir.name))
+    return GenerationFiles(path=gen_dir, generation=manifest["generation"], manifest=manifest)
+
+
+def _open_complete(gen_dir: Path) -> GenerationFiles:
+    gen = read_manifest(gen_dir)
+    for name, entry in gen.manifest["files"].items():
         problem = _file_problem(gen_dir, name, entry["size"])
         if problem is not None:
             raise CheckpointError(f"checkpoint {gen_dir} is incomplete: {problem}")
-    return manifest
-
-
-def complete_generations(run_dir: Path) -> list[int]:
-    """Generations in ``run_dir`` whose folder is complete, ascending.
-
-    Complete means: a canonical ``gen-NNNNNN`` folder whose manifest parses, has this format version and the
-    folder's generation, and names only files that exist with the recorded sizes. Hashes are not checked here.
-    """
-    found = []
-    for generation, folder in generation_folders(run_dir):
-        try:
-            _load_complete_manifest(folder)
-        except CheckpointError:
-            continue
-        found.append(generation)
-    return found[::-1]
+    return gen
 
 
 def generation_folders(run_dir: Path) -> list[tuple[int, Path]]:
@@ -417,13 +377,15 @@ def generation_folders(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(((g, entry) for g, entry in found if g is not None), reverse=True)
 
 
-def _latest_pointer(run_dir: Path) -> int | None:
-    """The generation ``LATEST`` names, complete or not; None if missing or malformed."""
-    try:
-        text = (run_dir / LATEST_NAME).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    return parse_dirname(text.strip())
+def complete_generations(run_dir: Path) -> list[int]:
+    """Generations in ``run_dir`` whose folder is complete, ascending: its manifest is valid (see ``read_manifest``)
+    and names only files that exist with the recorded sizes. Hashes are not checked here."""
+    found = []
+    for generation, folder in reversed(generation_folders(run_dir)):
+        with contextlib.suppress(CheckpointError):
+            _open_complete(folder)
+            found.append(generation)
+    return found
 
 
 def newest_intact(run_dir: Path, *, before: int | None = None) -> int | None:
@@ -438,43 +400,20 @@ def newest_intact(run_dir: Path, *, before: int | None = None) -> int | None:
 
 def latest_generation(run_dir: Path) -> int | None:
     """The generation to resume from: the one ``LATEST`` names if complete, else the newest complete, else None."""
-    run_dir = Path(run_dir)
     complete = complete_generations(run_dir)
-    pointer = _latest_pointer(run_dir)
+    try:
+        pointer = parse_dirname((Path(run_dir) / LATEST_NAME).read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        pointer = None
     if pointer is not None and pointer in complete:
         return pointer
     return complete[-1] if complete else None
 
 
-def read_manifest(gen_dir: Path) -> GenerationFiles:
-    """A generation folder with a valid manifest, whatever the state of its files (for inspecting damage).
-
-    Unlike ``open_generation`` this does not check that the files exist with their recorded sizes; ``read_tensors``
-    and ``read_document`` still verify each file they read, and ``file_problems`` lists what is wrong.
-
-    Raises:
-        CheckpointError: The folder is missing, or its manifest is missing, unreadable, of another format version or
-            names another generation.
-    """
-    gen_dir = Path(gen_dir)
-    if not gen_dir.is_dir():
-        raise CheckpointError(f"no checkpoint at {gen_dir}: not a directory")
-    manifest = _load_manifest(gen_dir)
-    return GenerationFiles(path=gen_dir, generation=manifest["generation"], manifest=manifest)
-
-
 def open_generation(run_dir_or_generation_dir: Path, generation: int | None = None) -> GenerationFiles:
-    """Open a complete generation for reading.
-
-    Args:
-        run_dir_or_generation_dir: A run directory, or one generation's folder (recognised by its ``gen-NNNNNN``
-            name or by holding a ``manifest.json``).
-        generation: Which generation of a run directory; None means ``latest_generation``. With a generation
-            folder it must match, if given.
-
-    Raises:
-        CheckpointError: Nothing complete to open, or the folder is missing, incomplete or its manifest is bad.
-    """
+    """Open a complete generation for reading: ``generation`` of a run directory (None: ``latest_generation``), or
+    one generation's folder (its ``gen-NNNNNN`` name or its ``manifest.json`` tells), whose number must then match
+    ``generation`` if given. CheckpointError when there is nothing complete to open."""
     path = Path(run_dir_or_generation_dir)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint at {path}: not a directory")
@@ -488,10 +427,10 @@ def open_generation(run_dir_or_generation_dir: Path, generation: int | None = No
         gen_dir = path / generation_dirname(generation)
         if not gen_dir.is_dir():
             raise CheckpointError(f"no checkpoint for generation {generation} in {path} (no folder {gen_dir.name})")
-    manifest = _load_complete_manifest(gen_dir)
-    if generation is not None and manifest["generation"] != generation:
-        raise CheckpointError(f"{gen_dir} holds generation {manifest['generation']}, not {generation}")
-    return GenerationFiles(path=gen_dir, generation=manifest["generation"], manifest=manifest)
+    gen = _open_complete(gen_dir)
+    if generation is not None and gen.generation != generation:
+        raise CheckpointError(f"{gen_dir} holds generation {gen.generation}, not {generation}")
+    return gen
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -508,13 +447,10 @@ def _read_verified(gen: GenerationFiles, file_name: str, what: str) -> bytes:
     if problem is not None:
         raise CheckpointError(f"checkpoint file {problem}")
     try:
-        with open(path, "rb") as f:
-            data = f.read(entry["size"] + 1)
+        data = path.read_bytes()
     except OSError as err:
         raise CheckpointError(f"cannot read checkpoint file {path}: {err}") from None
-    if len(data) != entry["size"]:
-        raise CheckpointError(f"checkpoint file {path} has {len(data)} bytes, the manifest says {entry['size']}")
-    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:  # also catches a file changed since the size check
         raise CheckpointError(f"checkpoint file {path} is corrupt: its SHA-256 does not match the manifest")
     return data
 
@@ -526,22 +462,12 @@ def read_tensors(
     keys: Iterable[str] | None = None,
     device: str | torch.device = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """Read one tensor group, after verifying the file's size and SHA-256.
-
-    Args:
-        gen: From ``open_generation``.
-        name: The group name given to ``write_generation``.
-        keys: Only these keys (in this order); None reads all.
-        device: Where to put the tensors.
-
-    Raises:
-        CheckpointError: The group is missing, the file is truncated or corrupt, not safetensors, or lacks a key.
-    """
+    """Read one tensor group (only ``keys``, in that order, if given) after verifying its size and SHA-256;
+    CheckpointError if it is missing, truncated, corrupt, not safetensors, or lacks a key."""
     if isinstance(keys, str):
         raise TypeError("keys must be an iterable of str, not a single str")
-    file_name = name + TENSORS_SUFFIX
-    path = gen.path / file_name
-    data = _read_verified(gen, file_name, f"tensor group {name!r}")
+    path = gen.path / (name + TENSORS_SUFFIX)
+    data = _read_verified(gen, path.name, f"tensor group {name!r}")
     try:
         loaded = safetensors.torch.load(data)
     except Exception as err:  # the parser's errors vary by version; any of them means "not a safetensors file"
@@ -558,41 +484,37 @@ def read_tensors(
 
 
 def read_document(gen: GenerationFiles, name: str) -> Any:
-    """Read one JSON document, after verifying the file's size and SHA-256.
-
-    Raises:
-        CheckpointError: The document is missing, the file is truncated or corrupt, or not JSON.
-    """
-    file_name = name + DOCUMENT_SUFFIX
-    data = _read_verified(gen, file_name, f"document {name!r}")
+    """Read one JSON document, after verifying its size and SHA-256; CheckpointError if it is missing, truncated,
+    corrupt or not JSON."""
+    path = gen.path / (name + DOCUMENT_SUFFIX)
+    data = _read_verified(gen, path.name, f"document {name!r}")
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"checkpoint file {gen.path / file_name} is not valid JSON: {err}") from None
+        raise CheckpointError(f"checkpoint file {path} is not valid JSON: {err}") from None
 
 
-def _sha256_of_file(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_digests(path: Path, *algorithms: str) -> tuple[int, list[str]]:
+    """The size of a file and its hex digests (``"sha256"``, ``"md5"``), reading it once in chunks."""
+    hashes = [hashlib.new(algorithm) for algorithm in algorithms]
+    size = 0
     with open(path, "rb") as f:
         while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+            size += len(chunk)
+            for digest in hashes:
+                digest.update(chunk)
+    return size, [digest.hexdigest() for digest in hashes]
 
 
 def file_problems(gen: GenerationFiles) -> dict[str, str | None]:
-    """What is wrong with each file of a generation folder, hashing every file by streaming (never parsing it).
-
-    Returns:
-        Every file the manifest names, in sorted order, then every other entry of the folder: name → None if the
-        file matches its manifest entry (size and SHA-256), else a one-line problem naming the path (missing, not
-        a regular file, truncated, corrupt, or not named in the manifest).
-    """
+    """Each file the manifest names (sorted), then every other entry of the folder: name → None if it matches its
+    size and SHA-256 (hashed by streaming, never parsed), else a one-line problem naming the path."""
     problems: dict[str, str | None] = {}
     for name, entry in sorted(gen.manifest["files"].items()):
         problem = _file_problem(gen.path, name, entry["size"])
         if problem is None:
             try:
-                if _sha256_of_file(gen.path / name) != entry["sha256"]:
+                if file_digests(gen.path / name, "sha256")[1][0] != entry["sha256"]:
                     problem = f"{gen.path / name} is corrupt: its SHA-256 does not match the manifest"
             except OSError as err:  # removed or unreadable since the size check
                 problem = f"cannot read {gen.path / name}: {err.strerror or err}"
@@ -609,13 +531,7 @@ def file_problems(gen: GenerationFiles) -> dict[str, str | None]:
 
 
 def verify_generation(gen_dir: Path) -> list[str]:
-    """Every problem with one generation folder, hashing every file; an empty list means it is intact.
-
-    Reports a bad or missing manifest, missing, truncated, non-regular or unexpected files, and hash mismatches.
-    """
-    gen_dir = Path(gen_dir)
-    if not gen_dir.is_dir():
-        return [f"{gen_dir} is not a directory"]
+    """Every problem with one generation folder (its manifest, then ``file_problems``); empty if it is intact."""
     try:
         gen = read_manifest(gen_dir)
     except CheckpointError as err:
@@ -634,8 +550,8 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, owned by another user
+        pass
     return True
 
 
@@ -655,16 +571,9 @@ def generations_to_delete(
 
 
 def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] = ()) -> list[int]:
-    """Delete complete generations older than the last ``keep_last``, and stale temporary files.
-
-    The rule is ``generations_to_delete``'s with ``latest_generation`` as the latest: never a generation in
-    ``protect``, the newest complete one up to it, nor incomplete ``gen-NNNNNN`` folders (left for inspection).
-    Temporary folders and files of processes that are no longer running (or of this process) are removed. Do not
-    call it while this process is in ``write_generation`` on another thread.
-
-    Returns:
-        The generations deleted, ascending.
-    """
+    """Delete the generations ``generations_to_delete`` names (``latest_generation`` as the latest; incomplete
+    folders are left for inspection) and the temporary files of processes no longer running or of this one (so not
+    while this process is in ``write_generation`` on another thread). Returns the generations deleted, ascending."""
     if type(keep_last) is not int or keep_last < 0:
         raise ValueError(f"keep_last must be a non-negative int, got {keep_last!r}")
     run_dir = Path(run_dir)
@@ -674,20 +583,17 @@ def prune_generations(run_dir: Path, *, keep_last: int, protect: Iterable[int] =
     doomed = generations_to_delete(
         complete, complete, keep_last=keep_last, protect=protect, latest=latest_generation(run_dir)
     )
-    pid = os.getpid()
-    deleted = []
     for generation in doomed:
         dirname = generation_dirname(generation)
         # Rename first, so an interrupted delete leaves a stale folder rather than a half-deleted generation.
-        trash = run_dir / f".{dirname}.old-{pid}"
+        trash = run_dir / f".{dirname}.old-{os.getpid()}"
         _remove_tree(trash)
         (run_dir / dirname).rename(trash)
         shutil.rmtree(trash)
-        deleted.append(generation)
     for entry in run_dir.iterdir():
         match = _STALE_RE.fullmatch(entry.name)
         if match is not None and not _pid_alive(int(match.group(1))):
             _remove_tree(entry)
-    if deleted:
+    if doomed:
         _fsync_dir(run_dir)
-    return deleted
+    return doomed

@@ -31,3 +31,9 @@ class StorageError(InputError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+def one_line(text: object, limit: int = 240) -> str:
+    """``text`` with its white space folded into single spaces, cut to ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,23 +1,15 @@
 """Run folders in Google Cloud Storage: ``GCSStorage``, the ``utils.storage.Storage`` interface over
 google-cloud-storage.
 
-Retrying is the library's: every call gets its ``DEFAULT_RETRY`` policy (HTTP 408/429/5xx, refused or reset
-connections, timeouts; exponential backoff) with a per-operation deadline (``deadline``, 60 s by default). It is
-passed explicitly so that every call, conditional writes included, retries the same way whatever the library's
-default for that call. What still fails becomes a one-line ``StorageError`` (an ``InputError``: the command line
-prints it and exits with status 2) that says how to fix it. ``check_access`` runs the same checks up front, within
-``preflight_deadline``, before hours of training are at stake.
+Retrying is the library's: every call, conditional writes included, is given its ``DEFAULT_RETRY`` policy (408,
+429, 5xx, dropped connections, timeouts; exponential backoff) with a per-operation ``deadline``. What still fails
+becomes a one-line ``StorageError`` that says how to fix it; ``check_access`` runs the same checks up front, within
+``preflight_deadline``, before hours of training are at stake. Uploads carry a checksum that the library and the
+service verify, so nothing is read back. What the library cannot know: a retried conditional write may meet its own
+first attempt, which landed but whose answer was lost; ``write_bytes`` tells that 412 apart by the object's MD5.
 
-Uploads carry a checksum (CRC32C, or MD5 without the C extension) that the library and the service verify, so
-nothing is read back after an upload. What the library cannot know: a retried conditional write may meet its own
-first attempt, which landed but whose answer was lost; the service then answers 412, and ``write_bytes`` tells that
-case apart by the object's MD5.
-
-With ``STORAGE_EMULATOR_HOST`` set (``http://127.0.0.1:4443``, a fake-gcs-server), the client talks to that endpoint
-with anonymous credentials and the dummy project ``erl-emulator``: emulators accept any caller, and no real
-credentials are looked up or sent. Without it, credentials come from application default credentials
-(``gcloud auth application-default login``, ``GOOGLE_APPLICATION_CREDENTIALS``, or the metadata server of a cloud VM).
-The google libraries are imported on first use, so runs with a local folder never load them.
+With ``STORAGE_EMULATOR_HOST`` set (a fake-gcs-server), the client uses that endpoint with anonymous credentials;
+otherwise application default credentials. The google libraries are imported on first use.
 """
 
 from __future__ import annotations
@@ -34,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from utils.errors import ConfigError, StorageError
+from utils.errors import ConfigError, StorageError, one_line
 from utils.storage import ObjectInfo, PreconditionFailed, Storage, check_key, parse_uri
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
@@ -45,26 +37,15 @@ CHUNK_SIZE = 8 * 1024 * 1024  # per request of a resumable upload (files over 8 
 REQUEST_TIMEOUT = (10.0, 120.0)  # (connect, read) seconds of one HTTP request
 PREFLIGHT_TIMEOUT = (5.0, 15.0)
 MAX_DELAY = 8.0  # the longest pause between two attempts
-CHECKSUM = "auto"  # the library verifies uploads with CRC32C (MD5 without its C extension): no read-back
+CHECKSUM = "auto"  # CRC32C, or MD5 without the library's C extension
 OBJECT_ADMIN_ROLE = "roles/storage.objectAdmin"
 _CONTENT_TYPE = "application/octet-stream"
 _READ_CHUNK = 1024 * 1024
-_MAX_MESSAGE = 240
-
-
-class _SessionLostError(Exception):
-    """A resumable upload answered 404: its session (or the bucket) is gone."""
 
 
 def open_storage(uri: str, *, deadline: float = DEFAULT_DEADLINE) -> GCSStorage:
-    """The storage behind a ``gs://BUCKET/PREFIX`` location, with a client of its own: keep one per run.
-
-    Args:
-        deadline: How long one operation keeps retrying transient failures, in seconds.
-
-    Raises:
-        ConfigError: A malformed URI, or a local folder (which needs no storage object).
-    """
+    """The storage behind a ``gs://BUCKET/PREFIX`` location, with a client of its own (keep one per run), whose
+    operations keep retrying transient failures for ``deadline`` seconds; ConfigError for any other location."""
     scheme, bucket, prefix = parse_uri(uri)
     if scheme != "gs":
         raise ConfigError(f"{uri!r} is not a bucket location: expected gs://BUCKET/PREFIX")
@@ -76,11 +57,6 @@ def _retry(deadline: float):
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     return DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=0.25, maximum=MAX_DELAY)
-
-
-def _one_line(text: object) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
 class _ProgressFile(io.BufferedReader):
@@ -98,14 +74,8 @@ class _ProgressFile(io.BufferedReader):
 
 
 class GCSStorage(Storage):
-    """Objects under ``gs://bucket/prefix``, through one ``google.cloud.storage.Client`` made on first use.
-
-    Args:
-        bucket: The bucket name.
-        prefix: Object-name prefix without leading or trailing slashes (``""``: the bucket's root).
-        deadline: Seconds one operation keeps retrying transient failures.
-        preflight_deadline: The time ``check_access`` may take, at most (plus credential discovery).
-    """
+    """Objects under ``gs://bucket/prefix`` through one ``google.cloud.storage.Client``, made on first use; an
+    operation retries transient failures for ``deadline`` seconds, ``check_access`` for ``preflight_deadline``."""
 
     def __init__(
         self,
@@ -117,6 +87,7 @@ class GCSStorage(Storage):
     ) -> None:
         self.bucket_name = bucket
         self.prefix = prefix.strip("/")
+        self._root = f"{self.prefix}/" if self.prefix else ""
         self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
         parse_uri(self.uri)  # validates the bucket name and prefix
         self.deadline = float(deadline)
@@ -150,16 +121,15 @@ class GCSStorage(Storage):
         return client
 
     def _name(self, key: str) -> str:
-        return f"{self.prefix}/{check_key(key)}" if self.prefix else check_key(key)
+        return self._root + check_key(key)
 
     def _blob(self, key: str, **kwargs):
         return self._get_bucket().blob(self._name(key), **kwargs)
 
-    def _list_one(self, deadline: float, timeout: tuple[float, float]) -> None:
-        """List at most one object under the root: the cheapest request that needs the bucket."""
+    def _names(self, folder: str | None, *, deadline: float, timeout: tuple[float, float], **kwargs) -> list[str]:
         bucket = self._get_bucket()
-        folder = f"{self.prefix}/" if self.prefix else None
-        list(bucket.client.list_blobs(bucket, prefix=folder, max_results=1, retry=_retry(deadline), timeout=timeout))
+        blobs = bucket.client.list_blobs(bucket, prefix=folder, retry=_retry(deadline), timeout=timeout, **kwargs)
+        return [blob.name for blob in blobs]
 
     @contextlib.contextmanager
     def _errors(
@@ -173,7 +143,7 @@ class GCSStorage(Storage):
         try:
             yield
         except api.PreconditionFailed as err:
-            raise PreconditionFailed(f"{action} {self.uri}: {_one_line(err.message)}") from None
+            raise PreconditionFailed(f"{action} {self.uri}: {one_line(err.message)}") from None
         except api.NotFound:
             raise missing or StorageError(
                 f"bucket {self.bucket_name!r} of {self.uri} does not exist (or is not visible to these credentials): "
@@ -190,10 +160,10 @@ class GCSStorage(Storage):
         except auth.DefaultCredentialsError as err:
             raise StorageError(
                 f"no usable Google Cloud credentials to access {self.uri}: run `gcloud auth application-default "
-                f"login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file ({_one_line(err)})"
+                f"login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file ({one_line(err)})"
             ) from None
         except api.Forbidden as err:
-            said = _one_line(re.sub(r"^[A-Z]+ \S+: ", "", str(err.message)))  # without the request line
+            said = one_line(re.sub(r"^[A-Z]+ \S+: ", "", str(err.message)))  # without the request line
             raise StorageError(
                 f"permission denied while {action} {self.uri}: grant these credentials the role {OBJECT_ADMIN_ROLE} "
                 f"on bucket {self.bucket_name!r} (server said: {said})"
@@ -243,27 +213,18 @@ class GCSStorage(Storage):
         return ObjectInfo(size=blob.size, generation=blob.generation, updated=blob.updated, md5=md5)
 
     def upload_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
-        action = f"uploading {key} to"
-        try:
-            with self._errors(action, missing=_SessionLostError()), _ProgressFile(Path(path), progress) as f:
-                self._blob(key, chunk_size=CHUNK_SIZE).upload_from_file(
-                    f,
-                    size=os.fstat(f.fileno()).st_size,
-                    content_type=_CONTENT_TYPE,
-                    checksum=CHECKSUM,
-                    retry=_retry(self.deadline),
-                    timeout=REQUEST_TIMEOUT,
-                )
-        except _SessionLostError:
-            # The bucket is gone, or the upload session is (the service restarted): a listing tells the two apart;
-            # a lost session is left to the caller's next attempt, which starts a new one.
-            with self._errors("listing"):
-                self._list_one(self.deadline, REQUEST_TIMEOUT)
-            raise StorageError(
-                f"{action} {self.uri}: the upload session was lost (the service restarted?); the next attempt "
-                "starts over",
-                transient=True,
-            ) from None
+        # A 404 mid-upload: the resumable session is gone (the service restarted) or the bucket is; the uploader's
+        # next attempt starts a new session, and check_access names a missing bucket at the start.
+        lost = StorageError(f"uploading {key} to {self.uri}: the upload session or the bucket is gone", transient=True)
+        with self._errors(f"uploading {key} to", missing=lost), _ProgressFile(Path(path), progress) as f:
+            self._blob(key, chunk_size=CHUNK_SIZE).upload_from_file(
+                f,
+                size=os.fstat(f.fileno()).st_size,
+                content_type=_CONTENT_TYPE,
+                checksum=CHECKSUM,
+                retry=_retry(self.deadline),
+                timeout=REQUEST_TIMEOUT,
+            )
 
     def download_file(self, key: str, path: Path) -> None:
         dest = Path(path)
@@ -279,16 +240,11 @@ class GCSStorage(Storage):
             tmp.unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> list[str]:
-        root = f"{self.prefix}/" if self.prefix else ""
-        folder = self._name(prefix.strip("/")) + "/" if prefix else root
+        folder = self._name(prefix.strip("/")) + "/" if prefix else self._root
         with self._errors(f"listing {prefix or '/'} in"):
-            bucket = self._get_bucket()
-            blobs = bucket.client.list_blobs(
-                bucket, prefix=folder or None, retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT
-            )
-            names = [blob.name for blob in blobs]
+            names = self._names(folder or None, deadline=self.deadline, timeout=REQUEST_TIMEOUT)
         # Folder placeholders (names ending in "/", made by some consoles) are not objects.
-        return sorted(name[len(root) :] for name in names if not name.endswith("/"))
+        return sorted(name[len(self._root) :] for name in names if not name.endswith("/"))
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError), self._errors(f"deleting {key} in", missing=FileNotFoundError()):
@@ -303,8 +259,8 @@ class GCSStorage(Storage):
         def left() -> float:
             return max(0.5, deadline - (time.monotonic() - started))
 
-        with self._errors("listing", deadline=deadline):
-            self._list_one(left(), PREFLIGHT_TIMEOUT)
+        with self._errors("listing", deadline=deadline):  # one object: the cheapest request that needs the bucket
+            self._names(self._root or None, deadline=left(), timeout=PREFLIGHT_TIMEOUT, max_results=1)
         probe = self._blob(f".access-check-{secrets.token_hex(6)}")
         with self._errors("writing to", deadline=deadline):
             probe.upload_from_string(b"ok", if_generation_match=0, retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)

@@ -61,29 +61,23 @@ def append_row(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def _committed_lines(path: Path) -> list[tuple[bytes, dict]]:
-    """(raw line, parsed row) for every complete line; [] if the file does not exist."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return []
-    lines = data.split(b"\n")[:-1]  # the last piece is a partial line, or empty
-    out = []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            row = json.loads(raw)
-        except ValueError as err:
-            raise CheckpointError(f"{path} line {number} is not valid JSON: {err}") from None
-        if not isinstance(row, dict):
-            raise CheckpointError(f"{path} line {number} is not a JSON object")
-        out.append((raw, row))
-    return out
-
-
 def read_rows(path: Path) -> list[dict]:
     """Every complete row, in order; a trailing partial line is ignored and a missing file gives [].
 
     Raises:
         CheckpointError: A complete line that is not a JSON object (the file is corrupt).
     """
-    return [row for _, row in _committed_lines(path)]
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for number, raw in enumerate(data.split(b"\n")[:-1], start=1):  # the last piece is a partial line, or empty
+        try:
+            row = json.loads(raw)
+        except ValueError as err:
+            raise CheckpointError(f"{path} line {number} is not valid JSON: {err}") from None
+        if not isinstance(row, dict):
+            raise CheckpointError(f"{path} line {number} is not a JSON object")
+        rows.append(row)
+    return rows

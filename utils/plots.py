@@ -3,14 +3,15 @@
 Never ``pyplot``: its global figure registry keeps every figure alive until it is closed, which is how the
 replaced system leaked memory through its plots. A ``Figure`` made here is garbage once the function returns.
 Inputs are plain lists (``None`` for a missing value, drawn as a gap), so this module knows nothing of the trainer.
-Every input is checked before a figure is made: a ValueError leaves no file behind.
+Every input is checked before a figure is made: a ValueError leaves no file behind. Every function replaces the PNG
+at ``path``, whose folder must exist.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def _values(values: Sequence[float | None]) -> list[float]:
     return [math.nan if v is None else float(v) for v in values]
 
 
+def _figure(size_px: tuple[int, int], title: str, rows: int, **subplots) -> tuple[Figure, list[Axes]]:
+    width, height = size_px
+    figure = Figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    figure.suptitle(title)
+    return figure, list(figure.subplots(rows, 1, squeeze=False, **subplots)[:, 0])
+
+
 def plot_history(
     path: Path | str,
     *,
@@ -43,31 +52,15 @@ def plot_history(
     champion_score: Sequence[float | None],
     title: str,
 ) -> None:
-    """Write a PNG of a run's history per generation: the fitness band above, the validation scores below.
-
-    Args:
-        path: The PNG file to write (replaced if it exists; its folder must exist).
-        generations: x values, one per row.
-        best_fitness, mean_fitness, worst_fitness: The population's fitness spread per generation.
-        validation_best: The best agent's validation score per generation.
-        champion_score: The champion's validation score per generation.
-        title: The figure's title.
-
-    Raises:
-        ValueError: The sequences differ in length.
-    """
+    """Write a PNG of a run's history per generation: the population's fitness band above, the best agent's and
+    the champion's validation scores below. ValueError if the sequences differ in length."""
     series = [best_fitness, mean_fitness, worst_fitness, validation_best, champion_score]
     if any(len(s) != len(generations) for s in series):
         raise ValueError("every series needs one value per generation")
     x = [int(g) for g in generations]
     best, mean, worst, validation, champion = (_values(s) for s in series)
 
-    width, height = HISTORY_SIZE_PX
-    figure = Figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    figure.suptitle(title)
-    fitness_ax, validation_ax = figure.subplots(2, 1, sharex=True)
-
+    figure, (fitness_ax, validation_ax) = _figure(HISTORY_SIZE_PX, title, 2, sharex=True)
     fitness_ax.fill_between(x, worst, best, alpha=0.25, color="tab:blue", label="worst to best")
     fitness_ax.plot(x, best, color="tab:blue", marker=".", label="best")
     fitness_ax.plot(x, mean, color="tab:blue", linestyle="--", label="mean")
@@ -122,7 +115,10 @@ def _dates(dates: Sequence[str], panel: str) -> list[datetime.date]:
         raise ValueError(f"panel {panel!r}: dates must be ISO strings YYYY-MM-DD ({error})") from None
 
 
-def _series_panels(panels: Sequence[SeriesPanel]) -> list[tuple[list[datetime.date], dict[str, list[float]]]]:
+def _series_panels(
+    panels: Sequence[SeriesPanel], invalid: Callable[[float], bool], rule: str
+) -> list[tuple[list[datetime.date], dict[str, list[float]]]]:
+    """Each panel's dates and series, checked: one value per date, none ``invalid`` (gaps are NaN, never invalid)."""
     if not panels:
         raise ValueError("no panels to plot")
     checked = []
@@ -134,20 +130,13 @@ def _series_panels(panels: Sequence[SeriesPanel]) -> list[tuple[list[datetime.da
                 raise ValueError(
                     f"panel {panel.title!r}: series {name!r} has {len(values)} values for {len(dates)} dates"
                 )
+            if any(invalid(v) for v in values):
+                raise ValueError(f"panel {panel.title!r}: series {name!r} must be {rule}")
         checked.append((dates, series))
     return checked
 
 
-def _report_figure(rows: int, title: str) -> tuple[Figure, list[Axes]]:
-    width, height = REPORT_SIZE_PX
-    figure = Figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    figure.suptitle(title)
-    axes = figure.subplots(rows, 1, squeeze=False)[:, 0]
-    return figure, list(axes)
-
-
-def _date_axis(ax: Axes, title: str, dates: list[datetime.date]) -> None:
+def _date_axis(ax: Axes, title: str, dates: list[datetime.date], *, legend: bool = False) -> None:
     ax.set_title(title)
     ax.set_xlabel("date")
     ax.grid(alpha=0.3)
@@ -161,118 +150,78 @@ def _date_axis(ax: Axes, title: str, dates: list[datetime.date]) -> None:
     else:
         ax.tick_params(which="both", left=False, bottom=False, labelleft=False, labelbottom=False)
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+    if legend and dates:
+        ax.legend(loc="best", fontsize="small")
 
 
-def _style(name: str, highlight: str) -> dict:
+def _style(name: str, highlight: str, days: int) -> dict:
     # The highlighted series is drawn thick, in black and above the others; legend order stays insertion order.
+    style = {"label": name, "marker": "." if days == 1 else None}
     if name == highlight:
-        return {"color": "black", "linewidth": 2.2, "zorder": 3}
-    return {"linewidth": 1.1, "alpha": 0.85, "zorder": 2}
+        return {**style, "color": "black", "linewidth": 2.2, "zorder": 3}
+    return {**style, "linewidth": 1.1, "alpha": 0.85, "zorder": 2}
 
 
 class _PlainLogFormatter(LogFormatter):
-    """``LogFormatter``'s choice of the ticks to label, written as plain numbers (0.97, 1.5, 20), not 1e+00.
-
-    Growth of 1 usually spans less than a decade, so most labelled ticks are minor ones that the default would
-    write in scientific notation.
-    """
+    """``LogFormatter``'s choice of the ticks to label, written as plain numbers (0.97, 1.5, 20), not 1e+00:
+    growth of 1 usually spans less than a decade, so most labelled ticks are minor ones."""
 
     def __call__(self, x: float, pos: int | None = None) -> str:
         return f"{x:.4g}" if super().__call__(x, pos) else ""
 
 
 def plot_equity(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, highlight: str = "champion") -> None:
-    """Write a PNG of growth-of-1 curves, one subplot per panel stacked vertically, on a log y axis.
-
-    A log axis makes equal percentage moves equal heights, so curves that compound at different rates stay comparable.
-
-    Args:
-        path: The PNG file to write (replaced if it exists; its folder must exist).
-        panels: One subplot each; values are the value of 1 invested (positive), ``None`` for a gap.
-        title: The figure's title.
-        highlight: The series drawn thicker and on top, in every panel that has it.
+    """Write a PNG of growth-of-1 curves (positive values), one subplot per panel, on a log y axis so that equal
+    percentage moves are equal heights. ``highlight`` is drawn thicker and on top.
 
     Raises:
         ValueError: No panels, a date that is not ISO, a series whose length is not its panel's number of dates, or
             a value that is not positive.
     """
-    checked = _series_panels(panels)
-    for panel, (_, series) in zip(panels, checked):
-        for name, values in series.items():
-            if any(v <= 0 for v in values):  # NaN (a gap) compares False
-                raise ValueError(f"panel {panel.title!r}: series {name!r} must be positive on a log axis")
-
-    figure, axes = _report_figure(len(panels), title)
+    checked = _series_panels(panels, lambda v: v <= 0, "positive on a log axis")  # NaN compares False
+    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
     for ax, panel, (dates, series) in zip(axes, panels, checked):
-        marker = "." if len(dates) == 1 else None
         for name, values in series.items():
-            ax.plot(dates, values, label=name, marker=marker, **_style(name, highlight))
+            ax.plot(dates, values, **_style(name, highlight, len(dates)))
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(_PlainLogFormatter())
         ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
         ax.set_ylabel("growth of 1 (log scale)")
-        _date_axis(ax, panel.title, dates)
-        if dates and series:
-            ax.legend(loc="best", fontsize="small")
+        _date_axis(ax, panel.title, dates, legend=bool(series))
     figure.savefig(path, format="png")
 
 
 def plot_drawdowns(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, highlight: str = "champion") -> None:
-    """Write a PNG of drawdowns below their running peak, in percent downwards from 0, one subplot per panel.
-
-    Args:
-        path: The PNG file to write (replaced if it exists; its folder must exist).
-        panels: One subplot each; values are drawdown fractions ``1 - equity / running_max`` (>= 0), ``None`` for a
-            gap.
-        title: The figure's title.
-        highlight: The series drawn as a filled area (the others as lines), in every panel that has it.
+    """Write a PNG of drawdown fractions ``1 - equity / running_max`` (>= 0), drawn in percent downwards from 0, one
+    subplot per panel. ``highlight`` is drawn as a filled area.
 
     Raises:
         ValueError: No panels, a date that is not ISO, a series whose length is not its panel's number of dates, or
             a negative drawdown.
     """
-    checked = _series_panels(panels)
-    for panel, (_, series) in zip(panels, checked):
-        for name, values in series.items():
-            if any(v < 0 for v in values):
-                raise ValueError(f"panel {panel.title!r}: series {name!r} must be drawdown fractions >= 0")
-
-    figure, axes = _report_figure(len(panels), title)
+    checked = _series_panels(panels, lambda v: v < 0, "drawdown fractions >= 0")
+    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
     for ax, panel, (dates, series) in zip(axes, panels, checked):
-        marker = "." if len(dates) == 1 else None
         deepest = 0.0
         for name, values in series.items():
             below = [-100.0 * v for v in values]  # percent, 0 at the top
             deepest = min([deepest, *(v for v in below if not math.isnan(v))])
             if name == highlight:
                 ax.fill_between(dates, below, 0.0, color="black", alpha=0.2, linewidth=0, zorder=2.5)
-            ax.plot(dates, below, label=name, marker=marker, **_style(name, highlight))
+            ax.plot(dates, below, **_style(name, highlight, len(dates)))
         # 0 at the top; a floor of -1% keeps an all-zero panel from collapsing to a line.
         ax.set_ylim(min(deepest * 1.05, -1.0), 0.0)
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=100))
         ax.set_ylabel("drawdown from peak")
-        _date_axis(ax, panel.title, dates)
-        if dates and series:
-            ax.legend(loc="best", fontsize="small")
+        _date_axis(ax, panel.title, dates, legend=bool(series))
     figure.savefig(path, format="png")
-
-
-def _colors(count: int) -> list:
-    # 40 distinct qualitative colours; more labels than that repeat them.
-    palette = [*matplotlib.colormaps["tab20"].colors, *matplotlib.colormaps["tab20b"].colors]
-    return [palette[i % len(palette)] for i in range(count)]
 
 
 def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str) -> None:
     """Write a PNG of portfolio weights per day as stacked areas (0 to 100%), one subplot per panel.
 
-    The legend sits right of each subplot, listed top to bottom in the stack's order; its font shrinks and it
-    splits into two columns past 12 labels, so about 21 labels (cash and 20 assets) stay readable.
-
-    Args:
-        path: The PNG file to write (replaced if it exists; its folder must exist).
-        panels: One subplot each.
-        title: The figure's title.
+    The legend sits right of each subplot, top to bottom in the stack's order; past 12 labels its font shrinks and
+    it splits into two columns, so about 21 labels (cash and 20 assets) stay readable.
 
     Raises:
         ValueError: No panels, a date that is not ISO, a number of rows that is not the number of dates, or a row
@@ -290,7 +239,9 @@ def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str
             raise ValueError(f"panel {panel.title!r}: every row of weights needs one value per label")
         checked.append((dates, rows))
 
-    figure, axes = _report_figure(len(panels), title)
+    # 40 distinct qualitative colours; more labels than that repeat them.
+    palette = [*matplotlib.colormaps["tab20"].colors, *matplotlib.colormaps["tab20b"].colors]
+    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
     for ax, panel, (dates, rows) in zip(axes, panels, checked):
         labels = list(panel.labels)
         if dates and labels:
@@ -300,7 +251,8 @@ def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str
                 start = datetime.datetime.combine(dates[0], datetime.time()) - datetime.timedelta(hours=12)
                 x = [start, start + datetime.timedelta(days=1)]
                 columns = [column * 2 for column in columns]
-            ax.stackplot(x, columns, labels=labels, colors=_colors(len(labels)), linewidth=0)
+            colors = [palette[i % len(palette)] for i in range(len(labels))]
+            ax.stackplot(x, columns, labels=labels, colors=colors, linewidth=0)
             handles, names = ax.get_legend_handles_labels()
             many = len(labels) > 12
             ax.legend(

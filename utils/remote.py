@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -18,8 +17,6 @@ from utils.errors import CheckpointError
 from utils.gcs import open_storage
 from utils.storage import Storage, parse_uri
 
-_POINTER = re.compile(r"gen-(\d{6,})")
-
 
 def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
     """The generation ``RUN/LATEST`` names in the bucket, or None if the run has none."""
@@ -27,10 +24,10 @@ def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
         text = storage.read_bytes(f"{run_key}/{checkpoint.LATEST_NAME}").decode("utf-8", "replace").strip()
     except FileNotFoundError:
         return None
-    match = _POINTER.fullmatch(text)
-    if match is None:
+    generation = checkpoint.parse_dirname(text)
+    if generation is None:
         raise CheckpointError(f"{storage.uri}/{run_key}/LATEST does not name a generation: {text[:40]!r}")
-    return int(match.group(1))
+    return generation
 
 
 def most_recent_run(storage: Storage) -> str | None:
@@ -44,33 +41,41 @@ def most_recent_run(storage: Storage) -> str | None:
     return max(dated)[1] if dated else None
 
 
+def _download_generation(storage: Storage, prefix: str, gen_dir: Path, *, skip: frozenset[str] = frozenset()) -> list:
+    """Download a generation's manifest into ``gen_dir``, then every file it names but ``skip`` (whose size in the
+    bucket is checked instead); a file missing in the bucket is left for the verification to report."""
+    storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", gen_dir / checkpoint.MANIFEST_NAME)
+    files = checkpoint.read_manifest(gen_dir).manifest["files"]  # validates the names before any download
+    for name, entry in files.items():
+        if name in skip:
+            info = storage.stat(f"{prefix}/{name}")
+            if info is None or info.size != entry["size"]:
+                raise CheckpointError(f"{storage.uri}/{prefix}: {name} in the bucket does not match its manifest size")
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            storage.download_file(f"{prefix}/{name}", gen_dir / name)
+    return [name for name in files if name in skip]
+
+
 def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generation: int | None = None) -> int | None:
     """Make ``local_run_dir`` hold the bucket's newest complete generation of ``run_key`` (or ``generation``),
-    unless the local copy already has it or a newer one. Files are downloaded beside the run folder and
-    verified against their manifest before the generation appears locally.
-
-    Returns:
-        The generation now available locally, or None if neither side has one.
-    """
+    unless the local copy already has it or a newer one; returns the generation now there (None: neither side has
+    one). Files are downloaded beside the run folder and verified before the generation appears locally."""
     local_run_dir = Path(local_run_dir)
     remote = generation if generation is not None else latest_in_bucket(storage, run_key)
-    local = checkpoint.latest_generation(local_run_dir) if local_run_dir.is_dir() else None
+    local = checkpoint.latest_generation(local_run_dir)
     if remote is None or (local is not None and local >= remote):
         return local
     local_run_dir.mkdir(parents=True, exist_ok=True)
-    if not (local_run_dir / "config.json").exists():
-        storage.download_file(f"{run_key}/config.json", local_run_dir / "config.json")
-
     dirname = checkpoint.generation_dirname(remote)
     prefix = f"{run_key}/{dirname}"
     staging = local_run_dir / f".{dirname}.download-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", staging / checkpoint.MANIFEST_NAME)
-        manifest = checkpoint.read_manifest(staging).manifest  # validates the names before any download
-        for name in manifest["files"]:
-            storage.download_file(f"{prefix}/{name}", staging / name)
+        if not (local_run_dir / "config.json").exists():
+            storage.download_file(f"{run_key}/config.json", local_run_dir / "config.json")
+        _download_generation(storage, prefix, staging)
         problems = checkpoint.verify_generation(staging)
         if problems:
             raise CheckpointError(f"{storage.uri}/{prefix} does not verify after download: {problems[0]}")
@@ -87,18 +92,14 @@ def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generati
 
 
 def fetch_generation(uri: str, scratch: Path, *, skip: frozenset[str] = frozenset()) -> tuple[Path, tuple[str, ...]]:
-    """Mirror what a reader needs of ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN``
-    into ``scratch``: the run's config.json and the generation's manifest and files, except ``skip``
-    (whose size in the bucket is checked against the manifest instead of downloading them).
-
-    Returns:
-        The local generation folder (inside a mirror of the run folder) and the names left in the bucket.
-    """
+    """Mirror ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN`` into ``scratch`` for a
+    reader: the run's config.json and the generation but ``skip``. Returns the local generation folder and the
+    names left in the bucket."""
     _, bucket, prefix = parse_uri(uri)
     parts = [part for part in prefix.split("/") if part]
-    generation = None
-    if parts and _POINTER.fullmatch(parts[-1]) is not None:
-        generation = int(parts.pop()[4:])
+    generation = checkpoint.parse_dirname(parts[-1]) if parts else None
+    if generation is not None:
+        parts.pop()
     if not parts:
         raise CheckpointError(f"{uri}: expected gs://BUCKET/.../RUN or gs://BUCKET/.../RUN/gen-NNNNNN")
     run_key = parts[-1]
@@ -111,22 +112,10 @@ def fetch_generation(uri: str, scratch: Path, *, skip: frozenset[str] = frozense
     run_dir = Path(scratch) / run_key
     gen_dir = run_dir / checkpoint.generation_dirname(generation)
     gen_dir.mkdir(parents=True)
-    prefix = f"{run_key}/{gen_dir.name}"
     try:
         storage.download_file(f"{run_key}/config.json", run_dir / "config.json")
-        storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", gen_dir / checkpoint.MANIFEST_NAME)
+        left = _download_generation(storage, f"{run_key}/{gen_dir.name}", gen_dir, skip=skip)
     except FileNotFoundError as error:
         raise CheckpointError(f"{uri}: not a complete checkpoint in the bucket ({error})") from None
-    files = checkpoint.read_manifest(gen_dir).manifest["files"]
-    left = []
-    for name, entry in files.items():
-        if name in skip:
-            info = storage.stat(f"{prefix}/{name}")
-            if info is None or info.size != entry["size"]:
-                raise CheckpointError(f"{uri}: {name} in the bucket does not match its manifest size")
-            left.append(name)
-            continue
-        with contextlib.suppress(FileNotFoundError):  # the reader reports it as a missing file
-            storage.download_file(f"{prefix}/{name}", gen_dir / name)
     checkpoint.write_latest(run_dir, generation)
     return gen_dir, tuple(left)

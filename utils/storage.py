@@ -31,19 +31,15 @@ class PreconditionFailed(Exception):  # noqa: N818 (named after the HTTP status 
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """What ``Storage.stat`` knows about one object.
-
-    Attributes:
-        size: Bytes.
-        generation: Changes on every write of the object; pass it to ``write_bytes(if_generation_match=...)``.
-        updated: When it was last written (UTC).
-        md5: Hex MD5 of the content when the backend knows it for free (GCS, except composite objects), else None.
-    """
+    """What ``Storage.stat`` knows about one object."""
 
     size: int
     generation: int
+    """Changes on every write of the object; what ``write_bytes(if_generation_match=...)`` compares."""
     updated: datetime
+    """When it was last written (UTC)."""
     md5: str | None = None
+    """Hex MD5 of the content when the backend knows it for free (GCS, except composite objects)."""
 
 
 def _check_bucket_name(bucket: str, uri: str) -> None:
@@ -67,16 +63,9 @@ def _check_bucket_name(bucket: str, uri: str) -> None:
 
 
 def parse_uri(uri: str) -> tuple[str, str, str]:
-    """Split a storage location into ``(scheme, bucket, prefix)``.
-
-    ``"runs"`` and ``"/data/runs"`` give ``("file", "", path)``, ``"file:///data/runs"`` gives
-    ``("file", "", "/data/runs")``, and ``"gs://bucket/a/b/"`` gives ``("gs", "bucket", "a/b")`` (the prefix
-    without leading or trailing slashes; ``""`` for the bucket's root).
-
-    Raises:
-        ConfigError: Naming the URI: empty, ``gs://`` without a bucket or with a bad bucket name, an empty, ``.`` or
-            ``..`` segment or a control, ``#`` or ``?`` character in the prefix, or another scheme (``s3://``).
-    """
+    """Split a storage location into ``(scheme, bucket, prefix)``: ``"runs"`` gives ``("file", "", "runs")``,
+    ``"file:///data/runs"`` gives ``("file", "", "/data/runs")``, ``"gs://bucket/a/b/"`` gives ``("gs", "bucket",
+    "a/b")``. A malformed location or another scheme is a ConfigError naming the URI."""
     if not isinstance(uri, str) or not uri.strip():
         raise ConfigError(f"empty checkpoint location {uri!r}: give a local folder or gs://BUCKET/PREFIX")
     match = _SCHEME_RE.fullmatch(uri)
@@ -117,11 +106,7 @@ def check_key(key: str) -> str:
 
 
 class Storage(ABC):
-    """Objects under "/"-separated keys relative to a root; see the module docstring.
-
-    Attributes:
-        uri: The root (``gs://bucket/prefix``).
-    """
+    """Objects under "/"-separated keys relative to a root, ``uri`` (``gs://bucket/prefix``)."""
 
     uri: str
 
@@ -131,11 +116,8 @@ class Storage(ABC):
 
     @abstractmethod
     def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
-        """Replace the object with ``data``, atomically.
-
-        Args:
-            if_generation_match: A compare-and-swap. 0: only if the object does not exist; N: only if its generation
-                (``stat(key).generation``) is still N; None: always.
+        """Replace the object with ``data``, atomically; ``if_generation_match`` makes it a compare-and-swap (0: only
+        if the object does not exist; N: only if ``stat(key).generation`` is still N).
 
         Raises:
             PreconditionFailed: The precondition does not hold, and the object does not already hold exactly
@@ -148,11 +130,7 @@ class Storage(ABC):
 
     @abstractmethod
     def upload_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
-        """Stream a local file into the object (replacing it atomically).
-
-        Args:
-            progress: Called with the number of bytes of the file read so far (it may go back on a retry).
-        """
+        """Stream a local file into the object; ``progress`` gets the bytes read so far (fewer again on a retry)."""
 
     @abstractmethod
     def download_file(self, key: str, path: Path) -> None:
@@ -161,10 +139,8 @@ class Storage(ABC):
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
-        """The keys under the folder ``prefix`` (``""``: everything), recursively, sorted.
-
-        ``list("run-1")`` and ``list("run-1/")`` list ``run-1/...``, not ``run-10/...``.
-        """
+        """The keys under the folder ``prefix`` (``""``: everything), recursively, sorted: ``list("run-1")`` and
+        ``list("run-1/")`` list ``run-1/...``, not ``run-10/...``."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
@@ -172,11 +148,8 @@ class Storage(ABC):
 
     @abstractmethod
     def check_access(self) -> None:
-        """Check, in bounded time, that objects can be listed, written, read and deleted under the root.
-
-        Raises:
-            StorageError: One line naming the problem and how to fix it.
-        """
+        """Check, in bounded time, that objects can be listed, written, read and deleted under the root; else a
+        one-line StorageError naming the problem and how to fix it."""
 
     def close(self) -> None:  # noqa: B027 (optional hook, a no-op where nothing is held)
         """Release connections; the storage must not be used afterwards."""

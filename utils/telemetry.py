@@ -55,16 +55,12 @@ class ObjectCounts(NamedTuple):
     tensors: int
     """torch tensors among them."""
     references: int
-    """References those objects hold: a list that keeps untracked objects (floats, strings, small numpy
-    arrays) grows by one per object kept, so a leak of them shows here exactly, where the object count and
-    Python's allocator blocks (free lists and caches that fill for a long time) cannot see it."""
+    """References those objects hold: one more per untracked object (float, string, small numpy array) a list
+    keeps, a leak that the object count and Python's allocator blocks (caches fill for a long time) cannot see."""
 
 
 def count_objects() -> ObjectCounts:
-    """Tracked objects, tensors among them, and the references they hold.
-
-    About 130 ms for 200k objects: cheap once per generation, not per step.
-    """
+    """Tracked objects, tensors among them, and the references they hold; about 130 ms for 200k objects."""
     objects = gc.get_objects()
     # type() rather than isinstance(): isinstance touches lazy module attributes that warn when read.
     tensors = sum(1 for obj in objects if issubclass(type(obj), torch.Tensor))
@@ -79,17 +75,13 @@ def python_blocks() -> int:
 
 
 class GrowthWatch:
-    """Warns when memory keeps growing once the run is warm (the replay ring full).
-
-    A healthy run allocates nothing new after warm-up, so a few generations of growth in a row is a
-    leak, not noise. It keeps one previous reading and a streak per figure, nothing that grows.
+    """Warns when memory sets a new high ``patience`` generations in a row once the run is warm (the replay ring
+    full): a healthy run allocates nothing new then. It keeps one reading, a high and a streak per figure.
 
     Args:
-        patience: consecutive growing generations before the warning.
         settle: warm generations ignored first; RSS still rises for a few generations after the ring fills
             while the allocator settles (measured: +67 MB over 5 generations at the default scale, then flat).
-        rss_step_bytes: RSS growth per generation that counts as growing (below it is allocator noise).
-        objects_step: growth of the Python object count per generation that counts as growing.
+        rss_step_bytes, objects_step: growth per generation that counts (below it is allocator noise).
     """
 
     def __init__(
@@ -136,22 +128,17 @@ def leak_findings(
     references_slope_limit: float | None = None,
     tensors_exact: bool = True,
 ) -> list[str]:
-    """What in a run's metrics rows (all after warm-up) looks like a leak; empty when memory is flat.
+    """What in a run's metrics rows (all after warm-up) looks like a leak; empty when memory is flat. MEMORY.md
+    gives the measurements behind each bound.
 
     Args:
-        rows: metrics rows with the telemetry keys.
-        rss_slope_bytes: largest acceptable typical RSS growth per generation: the median of the changes from one
-            generation to the next, so a single step (the allocator keeping a block it took once, measured up to
-            about 15 MB in a fresh process) is not read as a trend, while a leak, which grows every generation, is.
+        rss_slope_bytes: largest acceptable median RSS change from one generation to the next: a single step (the
+            allocator keeping a block once) is not a trend, a leak grows every generation.
         objects_slack: largest acceptable rise of the Python object count over the rows.
-        blocks_slope_limit: largest acceptable least-squares growth of Python's allocated blocks per generation.
-            Never 0: CPython and PyTorch fill internal caches for thousands of calls (measured: a matmul
-            backward holds about one more block per call up to about 1,950; ``dataclasses.asdict`` about 13,000
-            over its first 2,000 calls), so a healthy process's block count rises slowly for a long time.
-        references_slope_limit: largest acceptable least-squares growth per generation of the references tracked
-            objects hold (``python_references``); a slope, not a rise, because a collection that frees start-up
-            garbage may dip the count by a few dozen, after which it recovers by some. None does not judge them
-            (rows written before the figure existed).
+        blocks_slope_limit: largest acceptable least-squares growth of Python's allocated blocks per generation;
+            never 0, since CPython and PyTorch fill internal caches for thousands of calls.
+        references_slope_limit: the same for ``python_references`` (a slope, since a collection of start-up garbage
+            may dip the count once); None does not judge them (rows from before the figure existed).
         tensors_exact: require the same live tensor count in every row (else allow no net rise).
     """
     findings = []
@@ -179,13 +166,7 @@ def leak_findings(
 
 def least_squares_slope(values: Sequence[float]) -> float:
     """Slope of the least-squares line through ``values`` against 0, 1, 2, ..."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean_x, mean_y = (n - 1) / 2, sum(values) / n
-    num = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
-    den = sum((i - mean_x) ** 2 for i in range(n))
-    return num / den
+    return statistics.linear_regression(range(len(values)), values).slope if len(values) > 1 else 0.0
 
 
 def format_count(count: float) -> str:
@@ -202,15 +183,11 @@ def format_bytes(count: float) -> str:
         if abs(count) < 1000 or unit == "TB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1000
-    return f"{count:.1f} TB"
 
 
 class PhaseTimer:
-    """Wall time of consecutive phases without synchronising the host in between.
-
-    On CUDA the marks are events on the stream, read after the generation's one synchronisation;
-    on the CPU they are ``perf_counter`` readings.
-    """
+    """Wall time of consecutive phases without synchronising the host in between: on CUDA the marks are events on
+    the stream, read after the generation's one synchronisation; on the CPU ``perf_counter`` readings."""
 
     def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"

@@ -1,14 +1,12 @@
 """Per-generation scalars and evaluation figures as TensorBoard event files, for ``tensorboard --logdir``.
 
-TensorBoard is optional: this module imports without it, and only opening a ``TensorBoardLog`` needs it.
-The writer is torch's ``SummaryWriter``: torch is a dependency already, and it encodes scalars, images and text
-with nothing from the ``tensorboard`` package but its protobufs and event file writer. tensorboard's own
-TensorFlow-free ``Writer`` takes scalars only; its image and text summaries need TensorFlow.
+TensorBoard is optional: this module imports without it, and only opening a ``TensorBoardLog`` needs it. The writer
+is torch's ``SummaryWriter``, which needs only the ``tensorboard`` package's protobufs and event file writer for
+scalars, images and text (tensorboard's own TensorFlow-free ``Writer`` takes scalars only).
 
-A metrics row is turned into tags grouped by what they measure (``fitness/``, ``validation/``, ``loss/``,
-``memory/``, ``speed/``, ``time/`` for any other field whose name ends in ``_s`` (seconds), and ``other/`` for any
-other numeric field), so TensorBoard shows one section per group. Missing, null and non-finite values are skipped,
-never written as gaps or zeros.
+A metrics row becomes tags grouped by what they measure (``fitness/``, ``validation/``, ``loss/``, ``memory/``,
+``speed/``, ``time/`` for other fields ending in ``_s``, ``other/`` for the rest), one TensorBoard section each.
+Missing, null and non-finite values are skipped, never written as gaps or zeros.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import importlib.util
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -38,11 +35,8 @@ _TAGS: dict[str, str] = {
     "critic_loss": "loss/critic",
     "actor_loss": "loss/actor",
     "env_steps_per_s": "speed/env_steps_per_s",
+    **{key: f"memory/{key}" for key in (*MEMORY_KEYS, "replay_bytes", "replay_transitions")},
 }
-_GROUPS: dict[str, tuple[str, ...]] = {
-    "memory": (*MEMORY_KEYS, "replay_bytes", "replay_transitions"),
-}
-_TAGS.update({key: f"{group}/{key}" for group, keys in _GROUPS.items() for key in keys})
 
 
 def tensorboard_available() -> bool:
@@ -77,9 +71,8 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
 class TensorBoardLog:
     """Per-generation scalars and evaluation figures as TensorBoard event files in one folder.
 
-    Each writer adds a new ``events.out.tfevents.<time>.<host>.<pid>.<n>`` file to the folder; TensorBoard reads
-    them all as one run. ``generation`` flushes after each row, so a crash loses no generation; figures and text
-    reach the disk on the next flush, on ``close``, or after at most two minutes.
+    Each writer adds an event file to the folder; TensorBoard reads them all as one run. ``generation`` flushes after
+    each row, so a crash loses no generation; figures and text reach the disk on the next flush or on ``close``.
 
     Args:
         log_dir: The folder of the event files; made if missing.
@@ -134,7 +127,5 @@ class TensorBoardLog:
     def __enter__(self) -> TensorBoardLog:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,26 +1,20 @@
 """Checkpoints reach the bucket in the background: the trainer writes each generation locally, hands it over, moves on.
 
-The rule, for a trainer that may finish generations faster than they upload:
-
-* two slots, not a list: at most one generation uploading and one waiting. ``submit`` puts a generation in the
-  waiting slot and abandons the one it replaces (newest wins: the bucket wants the latest state, not every state).
-* a failed upload is retried with backoff (``retry_delay`` doubling up to ``max_retry_delay``) until a newer
-  generation waits; then it is abandoned for that one. A generation whose local folder has gone is skipped.
-* after each upload, retention keeps in the bucket the newest ``keep_last`` complete generations (at least one), the
-  one ``LATEST`` names and those ``submit`` was told to protect (the champion's); the rest older than ``LATEST`` go,
-  with the incomplete leftovers of abandoned uploads.
-
+Two slots, not a list: at most one generation uploading and one waiting; ``submit`` replaces the waiting one (the
+bucket wants the latest state, not every state). A failed upload is retried with backoff (``retry_delay`` doubling
+up to ``max_retry_delay``) until a newer generation waits, then abandoned for it. After each upload, retention keeps
+in the bucket the newest ``keep_last`` complete generations (at least one), the one ``LATEST`` names and the
+protected ones (the champion's); it deletes the rest older than ``LATEST``, leftovers of abandoned uploads included.
 One daemon thread does the uploads; the trainer waits on the network only in ``flush``.
 
-One generation reaches the bucket in the order that keeps the bucket consistent at every moment::
+A generation reaches the bucket in the order that keeps the bucket consistent at every moment::
 
     RUN/config.json                  once per uploader, if the bucket's copy differs
-    RUN/gen-NNNNNN/<files>           each hashed first (SHA-256 against the local manifest); skipped if the bucket
-                                     already has it with the same size and MD5
+    RUN/gen-NNNNNN/<files>           each checked against the local manifest first; skipped if the bucket already
+                                     has it with the same size and MD5
     RUN/gen-NNNNNN/manifest.json     the bytes read at the start, so it always describes the files uploaded
     RUN/metrics.jsonl                its committed lines
-    RUN/LATEST                       "gen-NNNNNN\\n", a compare-and-swap on the object generation read just before;
-                                     never moved backwards (a LATEST naming a newer generation is left alone)
+    RUN/LATEST                       "gen-NNNNNN\\n", a compare-and-swap, never moved backwards
 
 so ``LATEST`` never names a generation whose files are not all there; retention deletes a manifest before its files.
 """
@@ -31,12 +25,13 @@ import contextlib
 import hashlib
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,57 +40,35 @@ from tqdm import tqdm
 from utils.checkpoint import (
     LATEST_NAME,
     MANIFEST_NAME,
+    file_digests,
     generation_dirname,
     generations_to_delete,
     parse_dirname,
     parse_manifest,
 )
-from utils.errors import CheckpointError
+from utils.errors import CheckpointError, one_line
 from utils.jsonl import committed_length
 from utils.storage import PreconditionFailed, Storage, check_key
 
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 
-_HASH_CHUNK = 1024 * 1024
-_SMALL_OBJECT = 8 * 1024 * 1024  # up to this, metrics go up from memory in one request
 _LATEST_ATTEMPTS = 8
-_MAX_ERROR_TEXT = 200
-_COUNTERS = (
-    "generations_uploaded",
-    "generations_abandoned",
-    "files_uploaded",
-    "files_skipped",
-    "bytes_uploaded",
-    "failures",
-    "generations_deleted",
-)
 
 
 def _describe(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    if len(text) > _MAX_ERROR_TEXT:
-        text = text[: _MAX_ERROR_TEXT - 3] + "..."
+    text = one_line(err, 200)
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 @dataclass(frozen=True)
 class UploadSummary:
-    """What the uploader has done since it was made (counters only).
+    """What the uploader has done since it was made.
 
-    Attributes:
-        last_uploaded: The newest generation this uploader completed in the bucket (files, manifest, ``LATEST``
-            considered), or None.
-        pending: The newest generation submitted but not yet in the bucket when ``flush`` returned (it timed out),
-            else None.
-        generations_uploaded: Generations completed.
-        generations_abandoned: Generations given up: replaced in the waiting slot, abandoned after a failure for a
-            newer one, or obsolete (their local folder vanished).
-        files_uploaded: Files sent.
-        files_skipped: Files already in the bucket with the same size and MD5.
-        bytes_uploaded: Bytes of the files sent.
-        failures: Failed attempts (each retried or abandoned).
-        generations_deleted: Generation folders removed from the bucket by retention.
+    ``last_uploaded`` is the newest generation completed in the bucket, ``pending`` the newest one submitted but not
+    there yet when ``flush`` returned (it timed out). ``generations_abandoned`` counts those replaced in the waiting
+    slot, given up after a failure for a newer one, or whose local folder vanished; ``files_skipped`` those already in
+    the bucket with the same size and MD5; ``failures`` the failed attempts; ``generations_deleted`` retention's work.
     """
 
     last_uploaded: int | None
@@ -124,6 +97,9 @@ class UploadSummary:
         return line
 
 
+_COUNTERS = [field.name for field in fields(UploadSummary)][2:]  # after last_uploaded and pending
+
+
 class _Job(NamedTuple):
     generation: int
     protect: frozenset[int]
@@ -142,13 +118,8 @@ class CheckpointUploader:
 
     Args:
         storage: Where the run goes (usually a ``GCSStorage``); keep one per run.
-        local_run_dir: The local run directory written by ``utils.checkpoint``.
         run_key: The run's folder in ``storage`` (``"run-20261122-043012"``).
-        keep_last: How many complete generations retention keeps in the bucket (at least the newest complete one is
-            always kept).
-        log: Receives one line per event (uploaded, failed, abandoned); called from the upload thread.
-        retry_delay: The first pause after a failed attempt, in seconds; it doubles up to ``max_retry_delay``.
-        max_retry_delay: The longest pause between attempts.
+        log: Receives one line per event (failed, recovered, abandoned); called from the upload thread.
     """
 
     def __init__(
@@ -192,12 +163,7 @@ class CheckpointUploader:
     # The trainer's side
 
     def submit(self, generation: int, protect: Iterable[int] = ()) -> None:
-        """Queue a finished local generation for upload; returns at once.
-
-        Args:
-            generation: A generation whose folder ``write_generation`` has completed.
-            protect: Generations retention must keep in the bucket after this one is uploaded (the champion's, say).
-        """
+        """Queue a generation whose local folder is complete; returns at once. Retention will keep ``protect``."""
         generation_dirname(generation)  # validates
         with self._cond:
             if self._closed:
@@ -215,14 +181,10 @@ class CheckpointUploader:
     def flush(self, *, timeout: float | None = None, progress: bool = True) -> UploadSummary:
         """Wait until nothing is uploading or waiting (or ``timeout`` seconds pass), with a progress bar over bytes.
 
-        Failures keep being retried meanwhile; with ``timeout=None`` this waits for as long as that takes.
-
-        Returns:
-            The summary; its ``pending`` names the generation still on its way if the wait timed out.
+        Failures keep being retried meanwhile; the summary's ``pending`` names what is left if the wait timed out.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         bar: tqdm | None = None
-        bar_generation: int | None = None
         try:
             while True:
                 with self._cond:
@@ -234,19 +196,11 @@ class CheckpointUploader:
                     uploading, total, done = self._uploading, self._bytes_total, self._bytes_done
                 if not progress or uploading is None:
                     continue
-                if bar is None or bar_generation != uploading:
+                desc = f"uploading {generation_dirname(uploading)}"
+                if bar is None or bar.desc != desc:
                     if bar is not None:
                         bar.close()
-                    bar = tqdm(
-                        total=total,
-                        unit="B",
-                        unit_scale=True,
-                        desc=f"uploading {generation_dirname(uploading)}",
-                        leave=False,
-                        dynamic_ncols=True,
-                        file=sys.stderr,
-                    )
-                    bar_generation = uploading
+                    bar = tqdm(desc=desc, unit="B", unit_scale=True, leave=False, dynamic_ncols=True, file=sys.stderr)
                 bar.total = max(total, done)
                 bar.n = done
                 bar.refresh()
@@ -302,23 +256,19 @@ class CheckpointUploader:
     # The upload thread
 
     def _run(self) -> None:
-        while (job := self._take_waiting()) is not None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting is not None or self._closed)
+                if self._closed:
+                    return
+                job, self._waiting = self._waiting, None
+                self._uploading, self._bytes_total, self._bytes_done = job.generation, 0, 0
             try:
                 self._upload_until_done_or_replaced(job)
             finally:
                 with self._cond:
                     self._uploading = None
                     self._cond.notify_all()
-
-    def _take_waiting(self) -> _Job | None:
-        """Wait for a generation in the waiting slot and move it to the uploading one; None once closed."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._waiting is not None or self._closed)
-            if self._closed:
-                return None
-            job, self._waiting = self._waiting, None
-            self._uploading, self._bytes_total, self._bytes_done = job.generation, 0, 0
-            return job
 
     def _upload_until_done_or_replaced(self, job: _Job) -> None:
         """Upload ``job``, retrying with backoff after failures until a newer generation waits; then retention."""
@@ -352,7 +302,13 @@ class CheckpointUploader:
                 f"upload: {name} reached {self.storage.uri}/{self.run_key} after {attempt - 1} failed attempt(s) "
                 f"({sent} files sent, {unchanged} unchanged, {time.monotonic() - started:.1f} s)"
             )
-        self._apply_retention(job)
+        try:
+            deleted = self._retain(job)
+        except Exception as err:  # left to the next generation's pass
+            self._count(failures=1)
+            self._log(f"upload: retention in {self.storage.uri}/{self.run_key} failed ({_describe(err)})")
+        else:
+            self._count(generations_deleted=len(deleted))  # in the summary, not logged: retention is routine
 
     def _replaced_within(self, seconds: float, name: str) -> bool:
         """Wait up to ``seconds`` for a newer generation or ``close``: True if the failed upload gives way to them."""
@@ -376,71 +332,48 @@ class CheckpointUploader:
         with contextlib.suppress(Exception):  # a broken log sink must not stop the uploads
             self._log_line(line)
 
-    def _check_closed(self) -> None:
-        if self._closed:
-            raise _ClosedError
-
     def _set_done(self, done: int) -> None:
         self._bytes_done = done  # a plain int store; readers take the lock only for a consistent snapshot
 
-    def _read_local_manifest(self, gen_dir: Path) -> tuple[bytes, dict[str, tuple[int, str]]]:
-        """The manifest's bytes and ``name -> (size, sha256)``; _ObsoleteError if the folder is gone or damaged."""
+    def _local_md5(self, gen_dir: Path, manifest: bytes, name: str, size: int, sha256: str) -> str:
+        """The MD5 of a local file, after checking its size and SHA-256 against the manifest read at the start."""
+        with contextlib.suppress(FileNotFoundError):
+            found_size, (found_sha256, md5) = file_digests(gen_dir / name, "sha256", "md5")
+            if (found_size, found_sha256) == (size, sha256):
+                return md5
         try:
-            data = (gen_dir / MANIFEST_NAME).read_bytes()
+            current = (gen_dir / MANIFEST_NAME).read_bytes()
         except FileNotFoundError:
-            why = "its local folder no longer exists" if not gen_dir.is_dir() else "its local manifest is missing"
-            raise _ObsoleteError(why) from None
-        try:
-            manifest = parse_manifest(data, gen_dir / MANIFEST_NAME, expected_generation=parse_dirname(gen_dir.name))
-        except CheckpointError as err:
-            raise _ObsoleteError(f"its local manifest is damaged ({err})") from None
-        return data, {name: (entry["size"], entry["sha256"]) for name, entry in manifest["files"].items()}
-
-    def _hash_local(self, gen_dir: Path, manifest: bytes, name: str, size: int, sha256: str) -> str:
-        """The MD5 of a local file after checking its size and SHA-256 against the manifest."""
-        path = gen_dir / name
-        sha, md5, length = hashlib.sha256(), hashlib.md5(), 0
-        try:
-            with open(path, "rb") as f:
-                while chunk := f.read(_HASH_CHUNK):
-                    sha.update(chunk)
-                    md5.update(chunk)
-                    length += len(chunk)
-        except FileNotFoundError:
-            if not gen_dir.is_dir():
-                raise _ObsoleteError("its local folder no longer exists") from None
-            raise
-        if length != size or sha.hexdigest() != sha256:
-            try:
-                current = (gen_dir / MANIFEST_NAME).read_bytes()
-            except FileNotFoundError:
-                current = None
-            if current is None and not gen_dir.is_dir():
-                raise _ObsoleteError("its local folder no longer exists")
-            if current == manifest:
-                raise _ObsoleteError(f"local file {path} does not match its manifest (damaged)")
-            raise RuntimeError(f"local folder {gen_dir} was rewritten during the upload")
-        return md5.hexdigest()
+            raise _ObsoleteError("its local folder or manifest is gone") from None
+        if current == manifest:
+            raise _ObsoleteError(f"local file {gen_dir / name} does not match its manifest (damaged)")
+        raise RuntimeError(f"local folder {gen_dir} was rewritten during the upload")
 
     def _upload(self, job: _Job) -> tuple[int, int]:
         """Upload one generation and move ``LATEST``; returns the numbers of files sent and found unchanged."""
         dirname = generation_dirname(job.generation)
         gen_dir = self.local_run_dir / dirname
         folder = f"{self.run_key}/{dirname}"
-        manifest, files = self._read_local_manifest(gen_dir)
+        try:
+            manifest = (gen_dir / MANIFEST_NAME).read_bytes()
+            files = parse_manifest(manifest, gen_dir / MANIFEST_NAME, expected_generation=job.generation)["files"]
+        except FileNotFoundError:
+            raise _ObsoleteError("its local folder or manifest is gone") from None
+        except CheckpointError as err:
+            raise _ObsoleteError(f"its local manifest is damaged ({err})") from None
         with self._cond:
-            self._bytes_total = sum(size for size, _ in files.values()) + len(manifest)
+            self._bytes_total = sum(entry["size"] for entry in files.values()) + len(manifest)
             self._bytes_done = 0
         self._send_config()
 
-        sent = unchanged = 0
-        done = 0
-        for name, (size, sha256) in sorted(files.items()):
-            self._check_closed()
-            md5 = self._hash_local(gen_dir, manifest, name, size, sha256)
+        sent = unchanged = done = 0
+        for name, entry in sorted(files.items()):
+            if self._closed:
+                raise _ClosedError
+            md5 = self._local_md5(gen_dir, manifest, name, entry["size"], entry["sha256"])
             key = f"{folder}/{name}"
             remote = self.storage.stat(key)
-            if remote is not None and remote.size == size and remote.md5 == md5:
+            if remote is not None and remote.size == entry["size"] and remote.md5 == md5:
                 unchanged += 1
                 self._count(files_skipped=1)
             else:
@@ -448,11 +381,12 @@ class CheckpointUploader:
                 # No read-back: the storage verifies each upload's checksum (utils.gcs).
                 self.storage.upload_file(key, gen_dir / name, progress=lambda n, base=base: self._set_done(base + n))
                 sent += 1
-                self._count(files_uploaded=1, bytes_uploaded=size)
-            done += size
+                self._count(files_uploaded=1, bytes_uploaded=entry["size"])
+            done += entry["size"]
             self._set_done(done)
 
-        self._check_closed()
+        if self._closed:
+            raise _ClosedError
         self.storage.write_bytes(f"{folder}/{MANIFEST_NAME}", manifest)
         self._set_done(done + len(manifest))
         self._send_metrics()
@@ -473,78 +407,55 @@ class CheckpointUploader:
         self._config_sent = True
 
     def _send_metrics(self) -> None:
-        """Upload the committed lines of ``metrics.jsonl`` (a trailing partial line is being written)."""
+        """Upload a snapshot of the committed lines of ``metrics.jsonl`` (a trailing partial line is being written)."""
         path = self.local_run_dir / METRICS_NAME
-        key = f"{self.run_key}/{METRICS_NAME}"
         if not path.is_file():
             return
-        with open(path, "rb") as f:
-            end = os.fstat(f.fileno()).st_size
-            if end <= _SMALL_OBJECT:
-                data = f.read(end)
-                data = data[: data.rfind(b"\n") + 1]
-                if data:
-                    self.storage.write_bytes(key, data)
-                return
-            committed = committed_length(f, end)
+        with open(path, "rb") as f, tempfile.NamedTemporaryFile(prefix="metrics-", suffix=".jsonl") as snapshot:
+            committed = committed_length(f, os.fstat(f.fileno()).st_size)
             f.seek(0)
-            with tempfile.NamedTemporaryFile(prefix="metrics-", suffix=".jsonl") as snapshot:
-                left = committed
-                while left:
-                    chunk = f.read(min(_HASH_CHUNK, left))
-                    if not chunk:
-                        break
-                    snapshot.write(chunk)
-                    left -= len(chunk)
-                snapshot.flush()
-                self.storage.upload_file(key, Path(snapshot.name))
+            shutil.copyfileobj(f, snapshot)
+            snapshot.truncate(committed)
+            snapshot.flush()
+            if committed:
+                self.storage.upload_file(f"{self.run_key}/{METRICS_NAME}", Path(snapshot.name))
 
-    def _move_latest(self, generation: int) -> int:
-        """Point the bucket's LATEST at ``generation`` unless it names a newer one; returns what it names after."""
+    def _bucket_latest(self) -> int | None:
+        """The generation the bucket's LATEST names; None if it is missing or malformed."""
+        try:
+            text = self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}").decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+        return parse_dirname(text.strip())
+
+    def _move_latest(self, generation: int) -> None:
+        """Point the bucket's LATEST at ``generation`` unless it names a newer one."""
         key = f"{self.run_key}/{LATEST_NAME}"
-        content = f"{generation_dirname(generation)}\n".encode()
         for _ in range(_LATEST_ATTEMPTS):
             info = self.storage.stat(key)
-            if info is None:
-                expected = 0
-            else:
-                try:
-                    current = parse_dirname(self.storage.read_bytes(key).decode("utf-8", "replace").strip())
-                except FileNotFoundError:
-                    continue
-                if current is not None and current >= generation:
-                    if current > generation:
-                        self._log(
-                            f"upload: the bucket's LATEST names {generation_dirname(current)}, newer than "
-                            f"{generation_dirname(generation)}; left as it is"
-                        )
-                    return current
-                expected = info.generation
+            current = None if info is None else self._bucket_latest()
+            if current is not None and current >= generation:
+                if current > generation:
+                    self._log(
+                        f"upload: the bucket's LATEST names {generation_dirname(current)}, newer than "
+                        f"{generation_dirname(generation)}; left as it is"
+                    )
+                return
             try:
+                expected = 0 if info is None else info.generation
+                content = f"{generation_dirname(generation)}\n".encode()
                 self.storage.write_bytes(key, content, if_generation_match=expected)
+                return
             except PreconditionFailed:
-                continue  # someone moved it between our read and write: look again
-            return generation
+                continue  # moved (or deleted) between our read and write: look again
         raise RuntimeError(f"{self.storage.uri}/{key} kept changing during {_LATEST_ATTEMPTS} attempts to move it")
 
     # -----------------------------------------------------------------------------------------------------------------
     # Retention
 
-    def _apply_retention(self, job: _Job) -> None:
-        """Delete old generations from the bucket; a failure is logged and left to the next generation's pass."""
-        try:
-            deleted = self._retain(job)
-        except Exception as err:
-            self._count(failures=1)
-            self._log(f"upload: retention in {self.storage.uri}/{self.run_key} failed ({_describe(err)})")
-            return
-        self._count(generations_deleted=len(deleted))  # in the summary, not logged: retention is routine
-
     def _retain(self, job: _Job) -> list[int]:
-        try:
-            latest = parse_dirname(self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}").decode().strip())
-        except (FileNotFoundError, UnicodeDecodeError):
-            latest = None
+        """Delete old generations from the bucket; returns those deleted."""
+        latest = self._bucket_latest()
         if latest is None:
             return []
         folders: dict[int, set[str]] = {}
@@ -564,16 +475,12 @@ class CheckpointUploader:
         doomed = generations_to_delete(
             folders, newest_complete, keep_last=self.keep_last, protect={*job.protect, job.generation}, latest=latest
         )
-
-        deleted = []
         for generation in doomed:
-            names = folders[generation]
             folder = f"{self.run_key}/{generation_dirname(generation)}"
             # The manifest first: from then on the folder is incomplete, never half-deleted and "complete".
-            for name in sorted(names, key=lambda n: n != MANIFEST_NAME):
+            for name in sorted(folders[generation], key=lambda n: n != MANIFEST_NAME):
                 self.storage.delete(f"{folder}/{name}")
-            deleted.append(generation)
-        return deleted
+        return doomed
 
     def _complete_in_bucket(self, generation: int, names: set[str]) -> bool:
         if MANIFEST_NAME not in names:

@@ -96,15 +96,7 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
         actions = random_simplex(agents, episodes, market.num_assets + 1, generator=g)
         step, obs = env.step(actions)
         steps.append(step)
-        buffer.add(
-            days=step.days,
-            weights=step.weights,
-            actions=step.actions,
-            rewards=step.rewards,
-            next_weights=step.next_weights,
-            terminated=False,
-            truncated=step.truncated,
-        )
+        buffer.add(**step._asdict(), terminated=False)
     assert len(steps) == days and len(buffer) == per_step * days
 
     for t, step in enumerate(steps):

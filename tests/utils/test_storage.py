@@ -7,29 +7,17 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from tests.gcs_server import LossyProxy, StubServer, free_port
-from tests.memory_storage import MemoryStorage
 from utils.errors import ConfigError, InputError, StorageError
 from utils.gcs import EMULATOR_ENV, GCSStorage, open_storage
 from utils.storage import PreconditionFailed, Storage, parse_uri
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture(params=["memory", "gcs"])
-def storage(request: pytest.FixtureRequest) -> Iterator[Storage]:
-    if request.param == "memory":
-        yield MemoryStorage()
-        return
-    store = open_storage(request.getfixturevalue("gcs_bucket"), deadline=10.0)
-    yield store
-    store.close()
 
 
 def _leftovers(folder: Path, keep: str) -> list[str]:

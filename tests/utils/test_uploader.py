@@ -8,7 +8,6 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,17 +61,6 @@ def assert_bucket_holds(storage: Storage, run_dir: Path, generation: int) -> Non
     assert storage.read_bytes(f"{RUN}/metrics.jsonl") == (run_dir / "metrics.jsonl").read_bytes()
 
 
-@pytest.fixture(params=["memory", "gcs"])
-def bucket(request: pytest.FixtureRequest) -> Iterator[Storage]:
-    """The destination: a bucket in memory, or one on the session's emulator."""
-    if request.param == "memory":
-        yield MemoryStorage()
-        return
-    store = open_storage(request.getfixturevalue("gcs_bucket"), deadline=10.0)
-    yield store
-    store.close()
-
-
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return tmp_path / "local" / RUN
@@ -86,21 +74,21 @@ def uploader(storage: Storage, run_dir: Path, logs: list[str], **kwargs) -> Chec
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_a_generation_reaches_the_bucket_complete(bucket: Storage, run_dir: Path) -> None:
+def test_a_generation_reaches_the_bucket_complete(storage: Storage, run_dir: Path) -> None:
     logs: list[str] = []
-    with uploader(bucket, run_dir, logs) as up:
+    with uploader(storage, run_dir, logs) as up:
         make_generation(run_dir, 1)
         up.submit(1)
         summary = up.flush(timeout=20, progress=False)
         assert summary.complete and summary.last_uploaded == 1 and summary.failures == 0
         assert summary.generations_uploaded == 1 and summary.files_uploaded == 2
-        assert_bucket_holds(bucket, run_dir, 1)
+        assert_bucket_holds(storage, run_dir, 1)
 
         make_generation(run_dir, 2)
         up.submit(2)
         summary = up.flush(timeout=20, progress=False)
         assert summary.last_uploaded == 2 and summary.generations_uploaded == 2
-        assert_bucket_holds(bucket, run_dir, 2)
+        assert_bucket_holds(storage, run_dir, 2)
         assert up.state == {
             "uploading_generation": None,
             "waiting_generation": None,
@@ -115,45 +103,45 @@ def test_a_generation_reaches_the_bucket_complete(bucket: Storage, run_dir: Path
     assert "uploaded up to gen-000002" in str(summary)
 
 
-def test_retention_keeps_the_newest_the_protected_and_removes_leftovers(bucket: Storage, run_dir: Path) -> None:
-    with uploader(bucket, run_dir, [], keep_last=2) as up:
+def test_retention_keeps_the_newest_the_protected_and_removes_leftovers(storage: Storage, run_dir: Path) -> None:
+    with uploader(storage, run_dir, [], keep_last=2) as up:
         for generation in range(1, 5):
             make_generation(run_dir, generation)
             up.submit(generation, protect={1})
             assert up.flush(timeout=20, progress=False).complete
-        assert bucket_generations(bucket) == [1, 3, 4]
+        assert bucket_generations(storage) == [1, 3, 4]
         # The remains of an upload abandoned half-way (files, no manifest) are cleaned up too.
-        bucket.write_bytes(f"{RUN}/gen-000002/population.safetensors", b"partial")
+        storage.write_bytes(f"{RUN}/gen-000002/population.safetensors", b"partial")
         make_generation(run_dir, 5)
         up.submit(5, protect={1})
         summary = up.flush(timeout=20, progress=False)
-    assert bucket_generations(bucket) == [1, 4, 5]
-    assert not any(key.startswith(f"{RUN}/gen-000002/") for key in bucket.list(RUN))
+    assert bucket_generations(storage) == [1, 4, 5]
+    assert not any(key.startswith(f"{RUN}/gen-000002/") for key in storage.list(RUN))
     assert summary.generations_deleted == 3
-    assert_bucket_holds(bucket, run_dir, 5)
+    assert_bucket_holds(storage, run_dir, 5)
 
 
-def test_latest_never_moves_backwards(bucket: Storage, run_dir: Path) -> None:
-    bucket.write_bytes(f"{RUN}/LATEST", b"gen-000009\n")
+def test_latest_never_moves_backwards(storage: Storage, run_dir: Path) -> None:
+    storage.write_bytes(f"{RUN}/LATEST", b"gen-000009\n")
     logs: list[str] = []
-    with uploader(bucket, run_dir, logs) as up:
+    with uploader(storage, run_dir, logs) as up:
         make_generation(run_dir, 3)
         up.submit(3)
         summary = up.flush(timeout=20, progress=False)
     assert summary.last_uploaded == 3
-    assert bucket.read_bytes(f"{RUN}/LATEST") == b"gen-000009\n"
-    assert bucket_generations(bucket) == [3]
+    assert storage.read_bytes(f"{RUN}/LATEST") == b"gen-000009\n"
+    assert bucket_generations(storage) == [3]
     assert any("newer than gen-000003" in line for line in logs)
 
 
-def test_a_generation_pruned_locally_meanwhile_is_skipped(bucket: Storage, run_dir: Path) -> None:
+def test_a_generation_pruned_locally_meanwhile_is_skipped(storage: Storage, run_dir: Path) -> None:
     logs: list[str] = []
-    with uploader(bucket, run_dir, logs) as up:
+    with uploader(storage, run_dir, logs) as up:
         shutil.rmtree(make_generation(run_dir, 1))
         up.submit(1)
         summary = up.flush(timeout=20, progress=False)
     assert summary.complete and summary.last_uploaded is None and summary.generations_abandoned == 1
-    assert bucket.stat(f"{RUN}/LATEST") is None and bucket_generations(bucket) == []
+    assert storage.stat(f"{RUN}/LATEST") is None and bucket_generations(storage) == []
     assert any("gen-000001 skipped" in line for line in logs)
 
 
