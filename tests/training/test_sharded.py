@@ -4,6 +4,7 @@ a killed or stopped rank leaves the last checkpoint intact."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
 from training.sharding import Ranks, Sharding
-from utils import checkpoint
+from utils import checkpoint, remote
 from utils.errors import ConfigError
+from utils.gcs import open_storage
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "tests" / "sharded_main.py")
@@ -30,7 +32,8 @@ TRAIN = ["--preset", "smoke", "--seed", "7", "--no-progress", "--device", "cpu"]
 
 
 def launch(root: Path, name: str, *extra: str, processes: int, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """One process with plain python (no torchrun), or ``processes`` under torchrun on a free loopback port."""
+    """One process with plain python (no torchrun), or ``processes`` under torchrun on a free loopback port.
+    ``extra`` comes last: a second ``--checkpoint-uri`` there wins."""
     if processes == 1:
         command = [sys.executable, SCRIPT]
     else:
@@ -90,6 +93,22 @@ def test_a_checkpoint_of_one_process_count_resumes_with_another(tmp_path, refere
     output = finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=after))
     assert "resumed" in output and "at generation 2" in output
     assert_same_run(root / "r", reference)
+
+
+def test_one_rank_uploads_and_a_new_pod_resumes_from_the_bucket_with_another_process_count(
+    gcs_bucket, tmp_path, reference
+):
+    pod_1, pod_2 = tmp_path / "pod-1", tmp_path / "pod-2"
+    location = ["--checkpoint-uri", gcs_bucket, "--local-dir"]
+    finish(launch(tmp_path / "unused", "r", *location, str(pod_1), "--generations", "2", processes=2))
+    storage = open_storage(gcs_bucket)
+    assert remote.latest_in_bucket(storage, "r") == 2
+    shutil.rmtree(pod_1)  # the pod and its disk are gone
+    resumed = ["--resume", *location, str(pod_2), "--generations", str(GENERATIONS)]
+    output = finish(launch(tmp_path / "unused", "r", *resumed, processes=2))
+    assert "resumed" in output
+    assert_same_run(pod_2 / "r", reference)
+    assert remote.latest_in_bucket(storage, "r") == GENERATIONS
 
 
 def _pid(pids: Path, rank: int) -> int:
