@@ -1,6 +1,6 @@
 """Scaling of the sharded population: the same run with W = 1 and W = 2 processes (torchrun), side by side.
 
-    python benchmarks/sharded_scaling.py                          # P = 16 and 32, W = 1 and 2, on the CPU
+    python benchmarks/sharded_scaling.py --private-network        # P = 16 and 32, W = 1 and 2, on the CPU
     python benchmarks/sharded_scaling.py --device cuda --processes 1,2,4 --preset paper
 
 Each configuration trains ``--generations`` generations of the preset on the bundled data in a fresh run folder,
@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests import loopback_only  # noqa: E402 (after the path)
+
 PHASES = ("evaluate_s", "validate_s", "evolve_s", "update_s", "checkpoint_s")
 
 
@@ -33,6 +37,8 @@ def run(population: int, processes: int, args: argparse.Namespace, root: Path) -
     launcher = [sys.executable]
     if processes > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        if args.private_network:  # torchrun's stores listen on every interface: give them only a loopback
+            launcher = loopback_only.command(launcher)
     command = [
         *launcher,
         str(REPO / "main.py"),
@@ -72,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="first generations left out (the ring starts filling)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
+    parser.add_argument(
+        "--private-network",
+        action="store_true",
+        help="run torchrun in a network namespace of its own, only loopback there (unshare --net; root)",
+    )
     args = parser.parse_args(argv)
     populations = [int(p) for p in args.populations.split(",")]
     counts = [int(w) for w in args.processes.split(",")]
