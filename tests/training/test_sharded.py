@@ -141,19 +141,23 @@ def test_a_rank_killed_mid_generation_leaves_no_partial_generation_and_the_run_r
     assert_same_run(run_dir, reference)
 
 
-def test_sigterm_to_one_rank_stops_every_rank_at_a_safe_point(tmp_path, reference):
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [("rank 1", "a signal to another process"), ("torchrun", "SIGTERM")],  # torchrun passes it to every rank
+)
+def test_sigterm_stops_every_rank_at_a_safe_point(tmp_path, reference, target, said):
     root, pids = tmp_path / "runs", tmp_path / "pids"
     pids.mkdir()
     env = {"SHARDED_PIDS": str(pids), "SHARDED_SLOW": "0.3"}
     process = launch(root, "r", "--generations", "200", processes=2, env=env)
     run_dir = root / "r"
     wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1)
-    os.kill(_pid(pids, 1), signal.SIGTERM)
+    os.kill(_pid(pids, 1) if target == "rank 1" else process.pid, signal.SIGTERM)
     output, _ = process.communicate(timeout=120)
     assert not OUR_FRAME.search(output), output  # no traceback through the project's code (torchrun reports the stop)
     stopped_at = checkpoint.latest_generation(run_dir)
     assert stopped_at is not None and stopped_at < GENERATIONS
-    assert f"stopped by a signal to another process after generation {stopped_at}" in output
+    assert f"stopped by {said} after generation {stopped_at}" in output
     assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(stopped_at)) == []
     assert _gone(_pid(pids, 0)) and _gone(_pid(pids, 1))
     finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=1))
