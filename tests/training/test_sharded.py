@@ -246,3 +246,14 @@ def test_each_block_fetches_exactly_the_donors_it_lacks():
         offspring = [s for s in plan.offspring.tolist() if s in block]
         donors = {int(plan.parents[s]) for s in offspring} | {int(plan.mates[s]) for s in offspring}
         assert need == sorted(donors - set(block))
+
+
+@pytest.mark.parametrize("command", ["inspect", "evaluate", "export", "backtest"])
+def test_the_one_process_commands_refuse_several_processes(monkeypatch, capsys, command):
+    import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main.main([command, "runs/r"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {command} runs in one process: start it with python, not torchrun"
+    )
