@@ -9,13 +9,18 @@ CPU. Collecting a million transitions at this shape would take hours on a CPU, s
 with random transitions of the right dtypes: the bytes written, hashed and copied are the same. Then, in the same
 process and run folder:
 
-* synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, retention and
-  the metrics row, everything the loop used to block for;
+* synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, the ring in one
+  file, retention and the metrics row, everything the loop used to block for;
 * staged: ``Trainer.save_checkpoint``, the loop's own path: the wait for the write before (if any), the copy into the
   staging buffers, the start of the writer thread. Between two staged checkpoints the benchmark sleeps
   ``--train-s`` seconds in place of a generation's training (a paper generation on this CPU takes many minutes, on a
   GPU the write then overlaps it); with ``--train-s 0`` each checkpoint comes right after the one before and waits
   for its whole write.
+
+Before every checkpoint, both ways, a generation's worth of change is made: every population tensor moves, and
+P x E x episode_days new transitions are written into the ring where the next ones would go. The staged path holds
+the ring in segments (``models.replay.SEGMENTS``), and a segment no new transition reached is a hard link to the
+previous generation's file: the report gives the bytes each way actually writes.
 
 The first staged checkpoint allocates the staging buffers (their pages are touched for the first time): it is
 part of the figures.
@@ -62,6 +67,33 @@ def fill_ring(trainer: Trainer, generator: torch.Generator) -> None:
     buffer.size, buffer.pos = buffer.capacity, 0
 
 
+@torch.no_grad()
+def advance(trainer: Trainer, generator: torch.Generator) -> None:
+    """A generation's change without its training: every agent tensor moves, and one generation's transitions
+    overwrite the ring from its write position on."""
+    for tensor in trainer.population.agent_tensors().values():
+        tensor.add_(1e-3)
+    buffer, config = trainer.buffer, trainer.config
+    count = min(config.evolution.popsize * config.evaluation.episodes * config.env.episode_days, buffer.capacity)
+    rows = (torch.arange(count) + buffer.pos) % buffer.capacity
+    for tensor in buffer.storage.values():
+        if tensor.dtype.is_floating_point:
+            tensor[rows] = torch.rand((count, *tensor.shape[1:]), generator=generator)
+    buffer.pos = (buffer.pos + count) % buffer.capacity
+
+
+def bytes_written(run_dir: Path) -> list[int]:
+    """For each generation folder of ``run_dir``, oldest first, the bytes of its files written for it: the others
+    are links to files of a generation before (the oldest folder counts whole)."""
+    seen: set[int] = set()
+    written = []
+    for _, folder in reversed(checkpoint.generation_folders(run_dir)):
+        files = [entry.stat() for entry in folder.iterdir()]
+        written.append(sum(st.st_size for st in files if st.st_ino not in seen))
+        seen.update(st.st_ino for st in files)
+    return written
+
+
 def row_of(trainer: Trainer) -> dict[str, Any]:
     """A stand-in metrics row (the checkpoint writes it into the history and the metrics file)."""
     return {"generation": trainer.generation, "generation_s": 0.0}
@@ -94,21 +126,25 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
     market = load_market(config, torch.device("cpu"))
     with tempfile.TemporaryDirectory(prefix="checkpoint-blocking-") as scratch:
         trainer = Trainer(config, market, Path(scratch), log=lambda line: None)
-        fill_ring(trainer, torch.Generator().manual_seed(0))
+        generator = torch.Generator().manual_seed(0)
+        fill_ring(trainer, generator)
 
         synchronous = []
         for _ in range(checkpoints):
+            advance(trainer, generator)
             trainer.generation += 1
             start = time.perf_counter()
             synchronous_checkpoint(trainer, row_of(trainer))
             synchronous.append(time.perf_counter() - start)
         folder = trainer.run_dir / checkpoint.generation_dirname(trainer.generation)
         written = sum(entry.stat().st_size for entry in folder.iterdir())
+        synchronous_written = bytes_written(trainer.run_dir)[1:]  # the generations kept, each after the one before
 
         staged = []
         for index in range(checkpoints):
             if index:
                 time.sleep(train_s)  # the next generation's training, during which the write goes on
+            advance(trainer, generator)
             trainer.generation += 1
             start = time.perf_counter()
             trainer.save_checkpoint(row_of(trainer))
@@ -116,6 +152,7 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
         start = time.perf_counter()
         trainer.wait_for_checkpoint()
         final_wait = time.perf_counter() - start
+        staged_written = bytes_written(trainer.run_dir)[1:]
         rows = jsonl.read_rows(trainer.metrics_path)[checkpoints:]
     return {
         "shape": {
@@ -129,6 +166,8 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             "keep_last": config.checkpoint.keep_last,
         },
         "checkpoint_bytes": written,
+        "synchronous_written_bytes": synchronous_written,
+        "staged_written_bytes": staged_written,
         "population_bytes": sum(t.numel() * t.element_size() for t in trainer.population.state_tensors().values()),
         "replay_bytes": trainer.buffer.nbytes,
         "staging_bytes": trainer._staging.nbytes,
@@ -157,6 +196,11 @@ def report(r: dict[str, Any]) -> str:
             f"{format_bytes(r['population_bytes'])}, ring {format_bytes(r['replay_bytes'])}); staging buffers "
             f"{format_bytes(r['staging_bytes'])}, allocated once",
             f"time between staged checkpoints (stands for training): {r['train_s']:.1f} s",
+            "",
+            "bytes written by each of the last checkpoints kept (the rest are links to the generation before's files):",
+            "  synchronous, the ring in one file: "
+            + ", ".join(format_bytes(b) for b in r["synchronous_written_bytes"]),
+            "  staged, the ring in segments:      " + ", ".join(format_bytes(b) for b in r["staged_written_bytes"]),
             "",
             "the training loop blocks for:",
             line("  synchronous (write_generation)", r["synchronous"]),

@@ -11,12 +11,17 @@ windows live in those buffers until the next ``sample`` call overwrites them.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 
 from environment.kernel import with_cash
 from environment.observation import WindowGatherer
+
+SEGMENTS = 16
+"""A checkpoint holds the ring as this many files of consecutive rows: a generation writes into a few of them only,
+and the files of the others are the same bytes as at the checkpoint before (``utils.checkpoint`` links them)."""
 
 
 class ReplayBatch(NamedTuple):
@@ -181,6 +186,31 @@ class ReplayBuffer:
         out["pos"] = torch.tensor(self.pos, dtype=torch.int64)
         out["size"] = torch.tensor(self.size, dtype=torch.int64)
         return out
+
+    def checkpoint_groups(self, storage: dict[str, torch.Tensor] | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        """The filled part of the ring as checkpoint tensor groups: ``replay`` (position and size) and ``replay-000``,
+        ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as the ring is filled). ``storage``
+        as for ``state_dict``."""
+        state = self.state_dict(storage)
+        rows = math.ceil(self.capacity / SEGMENTS)
+        groups = {"replay": {"pos": state["pos"], "size": state["size"]}}
+        for index, start in enumerate(range(0, self.size, rows)):
+            groups[f"replay-{index:03d}"] = {key: state[key][start : start + rows] for key in self.storage}
+        return groups
+
+    def load_checkpoint_groups(self, groups: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Load ``checkpoint_groups`` (or a single ``replay`` group holding the whole ring, as checkpoints written
+        before the ring was split into segments do)."""
+        replay = groups["replay"]
+        if "days" in replay:
+            self.load_state_dict(replay)
+            return
+        segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
+        state = {
+            key: torch.cat([segment[key] for segment in segments]) if segments else target[:0]
+            for key, target in self.storage.items()
+        }
+        self.load_state_dict({**state, "pos": replay["pos"], "size": replay["size"]})
 
     @torch.no_grad()
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -23,10 +23,11 @@ def deterministic(row: dict) -> dict:
 
 
 def state_digest(run_dir: Path) -> str:
-    """SHA-256 over every tensor of the latest generation's population and replay files, in key order."""
+    """SHA-256 over every tensor of the latest generation (population, replay ring, random streams), in key order."""
     gen = checkpoint.open_generation(run_dir)
     digest = hashlib.sha256()
-    for name in ("population", "replay", "rng"):
+    suffix = checkpoint.TENSORS_SUFFIX
+    for name in sorted(n.removesuffix(suffix) for n in gen.manifest["files"] if n.endswith(suffix)):
         tensors = checkpoint.read_tensors(gen, name)
         for key in sorted(tensors):
             digest.update(f"{name}.{key}".encode())

@@ -117,15 +117,17 @@ def _run_of(gen_dir: Path) -> Path | None:
 TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folder"
 """The help of the TARGET of ``inspect`` and ``export``."""
 
-LEFT_IN_BUCKET = frozenset({"replay.safetensors"})
-"""What a gs:// target never downloads: nothing inspect or export reports needs the replay ring."""
+
+def left_in_bucket(name: str) -> bool:
+    """What a gs:// target never downloads: the replay ring's files (nothing inspect or export reports needs them)."""
+    return name.startswith("replay")
 
 
 def locate(target: str | Path, scratch: Path | None = None) -> Located:
     """Resolve a run or generation folder to the generation to report (see the module docstring).
 
     A ``gs://`` target (a run or a generation in a bucket) is first mirrored into ``scratch``, without
-    the files in ``LEFT_IN_BUCKET``.
+    the files ``left_in_bucket`` names.
 
     Raises:
         InputError: A location this version cannot read.
@@ -135,7 +137,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
     if str(target).startswith("gs://"):
         if scratch is None:
             raise ValueError("a gs:// target needs a scratch folder")
-        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=LEFT_IN_BUCKET)
+        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=left_in_bucket)
         located = locate(gen_dir)
         problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
         is_run = checkpoint.parse_dirname(str(target).rstrip("/").rsplit("/", 1)[-1]) is None

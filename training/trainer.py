@@ -55,8 +55,6 @@ from utils.telemetry import (
     python_blocks,
 )
 
-TENSOR_GROUPS = ("population", "replay", "rng")
-"""The safetensors files of a checkpoint."""
 HOST_STREAMS = ("init", "episodes", "evolution")
 """Random streams on the CPU that run through the whole run; their states are checkpointed."""
 DEVICE_STREAMS = ("exploration", "replay", "mutation")
@@ -553,7 +551,7 @@ class Trainer:
             population = {**population, **self._gathered}
         return {
             "population": population,
-            "replay": self.buffer.state_dict(staged["replay"]),
+            **self.buffer.checkpoint_groups(staged["replay"]),  # replay, replay-000, ...
             "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies already
         }
 
@@ -634,7 +632,9 @@ class Trainer:
                 raise CheckpointError(
                     f"{generation_files.path}: the market data differs from the data this run was trained on"
                 )
-            tensors = {name: checkpoint.read_tensors(generation_files, name) for name in TENSOR_GROUPS}
+            suffix = checkpoint.TENSORS_SUFFIX
+            ring = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if n.startswith("replay")]
+            tensors = {name: checkpoint.read_tensors(generation_files, name) for name in ("population", "rng", *ring)}
             return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
 
         documents = self.sharding.ranks.from_leader(read)
@@ -642,15 +642,16 @@ class Trainer:
         state = documents["state"]
         if state.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
             raise CheckpointError("the market data differs from the data this run was trained on")
+        replay = {name: group for name, group in tensors.items() if name.startswith("replay")}
         loaders = {
-            "population": self.population.load_state_tensors,
-            "replay": self.buffer.load_state_dict,
-            "rng": self._load_generator_states,
+            "population": lambda: self.population.load_state_tensors(tensors["population"]),
+            "replay": lambda: self.buffer.load_checkpoint_groups(replay),
+            "rng": lambda: self._load_generator_states(tensors["rng"]),
         }
         where = generation_files.path if generation_files is not None else Path("the checkpoint")
         for name, load in loaders.items():
             try:
-                load(tensors[name])
+                load()
             except (KeyError, ValueError, RuntimeError) as error:
                 raise CheckpointError(f"{where / name}.safetensors does not fit the run's config: {error}") from None
         self.population.actor_optim.steps = int(state["actor_optim_steps"])

@@ -11,8 +11,9 @@ Layout::
 
 A generation folder exists only if its manifest is valid and every file it names is present with the recorded
 size. Files are written and fsynced into a hidden temporary sibling (``.gen-000012.tmp-<pid>``) renamed into place,
-so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). Loading
-never unpickles, and checks every file's size and SHA-256 before its bytes reach a parser.
+so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). A file whose
+bytes are those of the same file in the generation before is a hard link to it, not a second copy. Loading never
+unpickles, and checks every file's size and SHA-256 before its bytes reach a parser.
 
 JSON documents hold JSON-native values only, with finite floats and ``str`` keys (``json`` would turn ``{1: x}``
 into ``{"1": x}``), so they round-trip exactly; what may be NaN or infinite (fitness, losses) belongs in a tensor.
@@ -229,6 +230,7 @@ def write_generation(
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    unchanged = _unchanged_files(run_dir, generation, manifest["files"])
     pid = os.getpid()
     final_dir = run_dir / dirname
     tmp_dir = run_dir / f".{dirname}.tmp-{pid}"
@@ -237,7 +239,8 @@ def write_generation(
     tmp_dir.mkdir()
     try:
         for file_name, data in payloads.items():
-            _write_durably(tmp_dir / file_name, data)
+            if not _linked(unchanged.get(file_name), tmp_dir / file_name):
+                _write_durably(tmp_dir / file_name, data)
         # Compact: the indented encoder is pure Python and leaves reference cycles behind on every call.
         _write_durably(tmp_dir / MANIFEST_NAME, (json.dumps(manifest, separators=(",", ":")) + "\n").encode())
         _fsync_dir(tmp_dir)
@@ -256,6 +259,40 @@ def write_generation(
 
     write_latest(run_dir, generation)
     return final_dir
+
+
+def _unchanged_files(run_dir: Path, generation: int, files: dict[str, dict]) -> dict[str, Path]:
+    """Files of the newest complete generation before ``generation`` whose name, size and SHA-256 are those about to
+    be written (the replay ring's segments that no transition reached since, say): each can be a hard link to it
+    instead of a second copy. Files are never changed once written, so the two names stay the same bytes, and each
+    folder stays whole on its own: deleting the older one leaves the newer one's link. Each is hashed again first,
+    so a file damaged on disk since it was written is written anew, never passed on."""
+    previous = latest_generation(run_dir)
+    if previous is None or previous >= generation:
+        return {}
+    gen_dir = run_dir / generation_dirname(previous)
+    try:
+        written = read_manifest(gen_dir).manifest["files"]
+    except CheckpointError:
+        return {}
+    unchanged = {}
+    for name, entry in files.items():
+        if written.get(name) == entry:
+            with contextlib.suppress(OSError):
+                if file_digests(gen_dir / name, "sha256") == (entry["size"], [entry["sha256"]]):
+                    unchanged[name] = gen_dir / name
+    return unchanged
+
+
+def _linked(source: Path | None, target: Path) -> bool:
+    """Hard-link ``target`` to ``source``; False (write it instead) where there is none or the filesystem refuses."""
+    if source is None:
+        return False
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
 
 
 def write_latest(run_dir: Path, generation: int) -> None:

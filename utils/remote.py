@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from utils import checkpoint
@@ -41,20 +42,22 @@ def most_recent_run(storage: Storage) -> str | None:
     return max(dated)[1] if dated else None
 
 
-def _download_generation(storage: Storage, prefix: str, gen_dir: Path, *, skip: frozenset[str] = frozenset()) -> list:
-    """Download a generation's manifest into ``gen_dir``, then every file it names but ``skip`` (whose size in the
-    bucket is checked instead); a file missing in the bucket is left for the verification to report."""
+def _download_generation(
+    storage: Storage, prefix: str, gen_dir: Path, *, skip: Callable[[str], bool] | None = None
+) -> list:
+    """Download a generation's manifest into ``gen_dir``, then every file it names but those ``skip`` picks (whose
+    size in the bucket is checked instead); a file missing in the bucket is left for the verification to report."""
     storage.download_file(f"{prefix}/{checkpoint.MANIFEST_NAME}", gen_dir / checkpoint.MANIFEST_NAME)
     files = checkpoint.read_manifest(gen_dir).manifest["files"]  # validates the names before any download
     for name, entry in files.items():
-        if name in skip:
+        if skip is not None and skip(name):
             info = storage.stat(f"{prefix}/{name}")
             if info is None or info.size != entry["size"]:
                 raise CheckpointError(f"{storage.uri}/{prefix}: {name} in the bucket does not match its manifest size")
             continue
         with contextlib.suppress(FileNotFoundError):
             storage.download_file(f"{prefix}/{name}", gen_dir / name)
-    return [name for name in files if name in skip]
+    return [name for name in files if skip is not None and skip(name)]
 
 
 def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generation: int | None = None) -> int | None:
@@ -91,10 +94,12 @@ def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generati
     return remote
 
 
-def fetch_generation(uri: str, scratch: Path, *, skip: frozenset[str] = frozenset()) -> tuple[Path, tuple[str, ...]]:
+def fetch_generation(
+    uri: str, scratch: Path, *, skip: Callable[[str], bool] | None = None
+) -> tuple[Path, tuple[str, ...]]:
     """Mirror ``gs://.../RUN`` (its LATEST generation) or ``gs://.../RUN/gen-NNNNNN`` into ``scratch`` for a
-    reader: the run's config.json and the generation but ``skip``. Returns the local generation folder and the
-    names left in the bucket."""
+    reader: the run's config.json and the generation but the files ``skip`` picks. Returns the local generation
+    folder and the names left in the bucket."""
     _, bucket, prefix = parse_uri(uri)
     parts = [part for part in prefix.split("/") if part]
     generation = checkpoint.parse_dirname(parts[-1]) if parts else None

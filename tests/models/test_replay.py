@@ -206,3 +206,48 @@ def test_sample_is_seeded_and_reuses_its_buffers(market):
     assert not torch.equal(other.rewards, first_values[3])
     with pytest.raises(RuntimeError):
         _buffer(market, 5).sample(torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("count", [0, 6, 33, 77], ids=["empty", "one-segment", "partial", "wrapped"])
+def test_checkpoint_groups_round_trip_in_segments(market, count):
+    source = _buffer(market, 40)  # SEGMENTS rows of ceil(40 / 16) = 3
+    source.add(**_transitions(count, market.num_assets))
+    groups = source.checkpoint_groups()
+    segments = sorted(name for name in groups if name.startswith("replay-"))
+    assert segments == [f"replay-{i:03d}" for i in range(-(-source.size // 3))]
+    assert all(len(groups[name]["days"]) == 3 for name in segments[:-1])
+    target = _buffer(market, 40)
+    target.add(**_transitions(9, market.num_assets, first=100))  # stale content must not survive the load
+    target.load_checkpoint_groups({name: {k: v.clone() for k, v in group.items()} for name, group in groups.items()})
+    assert (target.size, target.pos) == (source.size, source.pos)
+    for key, tensor in source.storage.items():
+        assert torch.equal(target.storage[key], tensor), key
+
+
+def test_a_new_transition_changes_only_the_segment_it_lands_in(market):
+    ring = _buffer(market, 40)
+    ring.add(**_transitions(40, market.num_assets))  # full, next write at row 0
+    before = ring.checkpoint_groups()
+    before = {name: {k: v.clone() for k, v in group.items()} for name, group in before.items()}
+    ring.add(**_transitions(4, market.num_assets, first=500))  # rows 0..3: segments 0 and 1
+    after = ring.checkpoint_groups()
+    changed = {name for name in after if not all(torch.equal(after[name][k], before[name][k]) for k in after[name])}
+    assert changed == {"replay", "replay-000", "replay-001"}
+
+
+def test_checkpoints_that_hold_the_ring_in_one_group_still_load(market):
+    source = _buffer(market, 10)
+    source.add(**_transitions(13, market.num_assets))
+    target = _buffer(market, 10)
+    target.load_checkpoint_groups({"replay": source.state_dict()})
+    for key, tensor in source.storage.items():
+        assert torch.equal(target.storage[key], tensor), key
+
+
+def test_a_missing_segment_does_not_fit(market):
+    source = _buffer(market, 40)
+    source.add(**_transitions(20, market.num_assets))
+    groups = source.checkpoint_groups()
+    del groups["replay-002"]
+    with pytest.raises(ValueError):
+        _buffer(market, 40).load_checkpoint_groups(groups)

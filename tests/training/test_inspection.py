@@ -20,7 +20,14 @@ from utils import checkpoint
 from utils.plots import HISTORY_SIZE_PX
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = {"history.json", "population.safetensors", "replay.safetensors", "rng.safetensors", "state.json"}
+FILES = {
+    "history.json",
+    "population.safetensors",
+    "replay.safetensors",
+    "replay-000.safetensors",
+    "rng.safetensors",
+    "state.json",
+}
 
 
 def inspect(capsys, *args: str) -> tuple[int, str, str]:
@@ -190,9 +197,9 @@ def test_never_loads_the_replay_ring_and_reads_on_the_cpu(capsys, smoke_run, mon
     monkeypatch.setattr(checkpoint, "read_tensors", spy_read_tensors)
     monkeypatch.setattr(safetensors.torch, "load", spy_load)
     status, report = inspect_json(capsys, smoke_run)
-    assert status == 0 and report["files"]["replay.safetensors"]["verified"] is True  # hashed, not loaded
+    assert status == 0 and report["files"]["replay-000.safetensors"]["verified"] is True  # hashed, not loaded
     assert groups == ["population"] and devices == ["cpu"]
-    replay_size = (smoke_run / "gen-000003" / "replay.safetensors").stat().st_size
+    replay_size = (smoke_run / "gen-000003" / "replay-000.safetensors").stat().st_size
     assert replay_size not in parsed_sizes
 
 
@@ -272,12 +279,12 @@ def test_a_corrupt_generation_folder_given_directly(capsys, smoke_run, tmp_path)
 
 def test_a_truncated_file_and_an_unlisted_file(capsys, smoke_run, tmp_path):
     gen_dir = copy_run(smoke_run, tmp_path) / "gen-000003"
-    replay = gen_dir / "replay.safetensors"
+    replay = gen_dir / "replay-000.safetensors"
     replay.write_bytes(replay.read_bytes()[:100])
     (gen_dir / "notes.txt").write_text("hello")
     status, report = inspect_json(capsys, gen_dir)
     assert status == 2 and report["complete"] is False
-    assert report["files"]["replay.safetensors"]["verified"] is False
+    assert report["files"]["replay-000.safetensors"]["verified"] is False
     assert report["files"]["notes.txt"] == {
         "size": 5,
         "sha256": None,

@@ -83,13 +83,13 @@ def test_a_pickle_in_place_of_tensors_is_never_executed(run, capsys, tmp_path):
 
 
 def test_a_flipped_byte_is_caught_before_parsing(run, capsys):
-    path = run / "gen-000003" / "replay.safetensors"
+    path = run / "gen-000003" / "replay-000.safetensors"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     before = snapshot(run)
     code, err = resume(run, capsys)
-    assert_refused(code, err, "replay.safetensors", "SHA-256", "--resume-from 2")
+    assert_refused(code, err, "replay-000.safetensors", "SHA-256", "--resume-from 2")
     assert snapshot(run) == before
 
 
@@ -136,7 +136,7 @@ def test_the_config_comes_from_the_checkpoint_so_an_extension_survives_the_next_
 
 
 def test_taking_the_offer_continues_from_the_intact_generation(run, capsys):
-    path = run / "gen-000003" / "replay.safetensors"
+    path = run / "gen-000003" / "replay-000.safetensors"
     path.write_bytes(b"\0" * path.stat().st_size)
     code, err = resume(run, capsys, "--resume-from", "2", "--generations", "4")
     assert code == 0, err

@@ -67,9 +67,11 @@ def test_resume_continues_bit_exactly(smoke_runs):
     a, c = smoke_runs / "a", smoke_runs / "c"
     assert [deterministic(r) for r in rows(c)] == [deterministic(r) for r in rows(a)]
     assert state_digest(c) == state_digest(a)
-    replay_a = checkpoint.read_tensors(checkpoint.open_generation(a), "replay")
-    replay_c = checkpoint.read_tensors(checkpoint.open_generation(c), "replay")
-    assert all(torch.equal(replay_a[key], replay_c[key]) for key in replay_a)
+    gen_a, gen_c = checkpoint.open_generation(a), checkpoint.open_generation(c)
+    assert gen_a.manifest["files"].keys() == gen_c.manifest["files"].keys()
+    for name in (n.removesuffix(".safetensors") for n in gen_a.manifest["files"] if n.startswith("replay")):
+        replay_a, replay_c = checkpoint.read_tensors(gen_a, name), checkpoint.read_tensors(gen_c, name)
+        assert all(torch.equal(replay_a[key], replay_c[key]) for key in replay_a)
 
 
 def test_a_different_seed_gives_a_different_run(tmp_path, smoke_runs):

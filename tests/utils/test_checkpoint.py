@@ -365,7 +365,7 @@ def test_one_flipped_byte_is_caught_and_named(tmp_path, file_name):
 
 def test_truncated_file_makes_the_generation_incomplete(tmp_path):
     _write(tmp_path, 1)
-    gen_dir = _write(tmp_path, 2)
+    gen_dir = _write(tmp_path, 2, seed=2)  # other bytes: not a link to generation 1
     gen = open_generation(tmp_path)
     path = gen_dir / "actor.safetensors"
     path.write_bytes(path.read_bytes()[:-5])
@@ -541,3 +541,28 @@ def test_writing_a_generation_leaves_no_reference_cycles(tmp_path):
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+
+
+def test_a_file_unchanged_since_the_generation_before_is_a_link_to_it(tmp_path):
+    still = {"ring": torch.arange(1000.0)}
+    checkpoint.write_generation(tmp_path, 1, tensors={"kept": still, "moved": {"w": torch.zeros(3)}}, documents={})
+    checkpoint.write_generation(tmp_path, 2, tensors={"kept": still, "moved": {"w": torch.ones(3)}}, documents={})
+    first, second = tmp_path / "gen-000001", tmp_path / "gen-000002"
+    assert (second / "kept.safetensors").stat().st_ino == (first / "kept.safetensors").stat().st_ino
+    assert (second / "moved.safetensors").stat().st_ino != (first / "moved.safetensors").stat().st_ino
+    # Each folder is whole on its own: the older one can go.
+    checkpoint.prune_generations(tmp_path, keep_last=1)
+    assert not first.exists() and checkpoint.verify_generation(second) == []
+    assert torch.equal(checkpoint.read_tensors(checkpoint.open_generation(second), "kept")["ring"], still["ring"])
+
+
+def test_a_damaged_earlier_file_is_written_anew_not_linked(tmp_path):
+    still = {"ring": torch.arange(1000.0)}
+    checkpoint.write_generation(tmp_path, 1, tensors={"kept": still}, documents={})
+    damaged = tmp_path / "gen-000001" / "kept.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 0xFF
+    damaged.write_bytes(bytes(data))  # same size: only the hash tells
+    checkpoint.write_generation(tmp_path, 2, tensors={"kept": still}, documents={})
+    assert (tmp_path / "gen-000002" / "kept.safetensors").stat().st_ino != damaged.stat().st_ino
+    assert checkpoint.verify_generation(tmp_path / "gen-000002") == []
