@@ -141,7 +141,7 @@ def train(argv: list[str]) -> int:
             run = start_run(config, log=log, should_stop=stop, ranks=ranks)
         trainer, config = run.trainer, run.config
         board = None
-        if args.tensorboard:  # a resumed run hides what its earlier life logged past the checkpoint
+        if args.tensorboard and ranks.is_leader:  # a resumed run hides what it logged past the checkpoint
             board = stack.enter_context(
                 TensorBoardLog(trainer.run_dir / "tensorboard", purge_step=trainer.generation + 1)
             )

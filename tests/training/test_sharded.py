@@ -174,6 +174,17 @@ def test_a_population_that_does_not_split_evenly_is_refused_before_anything_is_w
     assert not (root / "r").exists()
 
 
+def test_nothing_to_resume_is_one_line_from_every_rank(tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    process = launch(root, "missing", "--resume", processes=2)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode != 0
+    assert output.count("error: no run named 'missing' under") == 2, output
+    assert not OUR_FRAME.search(output), output
+    assert list(root.iterdir()) == []
+
+
 # ----------------------------------------------------------------------------- in one process
 
 
