@@ -241,7 +241,7 @@ def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Shardi
     """This process's device, the market on it, and its share of the population, each checked."""
     device = resolve_device(config.runtime.device, ranks)
     market = load_market(config, device)
-    check_memory(config, market)  # this machine may have less memory than the one that started the run
+    check_memory(config, market, processes=ranks.world_size)  # this machine may have less than the run's first
     return device, market, Sharding(config.evolution.popsize, ranks, device)
 
 

@@ -19,9 +19,10 @@ from utils.telemetry import format_bytes
 FLOAT_BYTES = 4
 
 
-def storage_bytes(config: Config, *, num_assets: int, num_features: int) -> dict[str, int]:
-    """Bytes of the largest allocations of a run, by what they hold (each named by the keys that size it)."""
-    popsize, episodes = config.evolution.popsize, config.evaluation.episodes
+def storage_bytes(config: Config, *, num_assets: int, num_features: int, processes: int = 1) -> dict[str, int]:
+    """Bytes of the largest allocations of a run, by what they hold (each named by the keys that size it), in one of
+    ``processes`` that share the population (``training.sharding``: each holds its slots and the whole ring)."""
+    popsize, episodes = config.evolution.popsize // processes, config.evaluation.episodes
     n1 = num_assets + 1
     window = config.env.lookback * num_features  # L * K values per asset
     batch = popsize * config.ddpg.batch_size
@@ -55,13 +56,15 @@ STAGED = ("replay ring", "population")
 """The allocations ``training.checkpointing`` copies into host staging buffers of the same size."""
 
 
-def check_memory(config: Config, market: Market) -> None:
-    """A one-line ConfigError when the run's storage cannot fit in the memory of the market's device, or its
-    checkpoint staging buffers in the host's."""
-    needs = storage_bytes(config, num_assets=market.num_assets, num_features=market.num_features)
-    staged = {f"{name}, staged for checkpoints": size for name, size in needs.items() if name.startswith(STAGED)}
-    if market.device.type == "cpu":  # one memory for both: every staged allocation counts twice
-        needs = {name: size * (2 if name.startswith(STAGED) else 1) for name, size in needs.items()}
+def check_memory(config: Config, market: Market, *, processes: int = 1) -> None:
+    """A one-line ConfigError when the storage of one of ``processes`` cannot fit in the memory of the market's
+    device, or the checkpoint staging buffers (the whole population's, as the leader gathers them) in the host's."""
+    sizes = {"num_assets": market.num_assets, "num_features": market.num_features}
+    needs = storage_bytes(config, **sizes, processes=processes)
+    whole = storage_bytes(config, **sizes)
+    staged = {f"{name}, staged for checkpoints": size for name, size in whole.items() if name.startswith(STAGED)}
+    if market.device.type == "cpu":  # one memory for both: every staged allocation counts again
+        needs = {name: size + (staged.get(f"{name}, staged for checkpoints", 0)) for name, size in needs.items()}
     else:
         _require_fits(staged, torch.device("cpu"))
     _require_fits(needs, market.device)
