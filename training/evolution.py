@@ -108,10 +108,10 @@ class Donors(NamedTuple):
     """The slots whose rows the tensors hold (row ``s - held.start`` is slot ``s``)."""
 
     @classmethod
-    def local(cls, tensors: list[torch.Tensor], held: range | None = None) -> Donors:
-        """Every slot in the tensors themselves."""
-        held = range(tensors[0].shape[0]) if held is None else held
-        return cls(tensors, torch.arange(len(held), device=tensors[0].device), held)
+    def local(cls, tensors: list[torch.Tensor]) -> Donors:
+        """Every slot of the population in the tensors themselves (one process holds them all)."""
+        popsize = tensors[0].shape[0]
+        return cls(tensors, torch.arange(popsize, device=tensors[0].device), range(popsize))
 
     def offspring(self, plan: EvolutionPlan) -> torch.Tensor:
         """The offspring slots held here."""
@@ -207,7 +207,7 @@ def evolve_(
         needs = slots_to_fetch(plan, blocks)
     plan = plan.to(population.device)
     if needs is None:
-        donors = Donors.local([tensors[k] for k in keys], held)
+        donors = Donors.local([tensors[k] for k in keys])
     else:
         fetched = sharding.fetch_rows([tensors[k] for k in keys], needs)
         mine = needs[sharding.ranks.rank]
