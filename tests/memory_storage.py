@@ -62,6 +62,9 @@ class MemoryStorage(Storage):
                     progress(f.tell())
         self.write_bytes(key, b"".join(chunks))
 
+    def copy(self, source: str, key: str) -> None:
+        self.write_bytes(key, self.read_bytes(source))
+
     def download_file(self, key: str, path: Path) -> None:
         data = self.read_bytes(key)
         tmp = Path(path).with_name(f".{Path(path).name}.download-{os.getpid()}")

@@ -226,6 +226,11 @@ class GCSStorage(Storage):
                 timeout=REQUEST_TIMEOUT,
             )
 
+    def copy(self, source: str, key: str) -> None:
+        with self._errors(f"copying {source} to {key} in", missing=FileNotFoundError(f"no object {source!r}")):
+            bucket = self._get_bucket()
+            bucket.copy_blob(self._blob(source), bucket, self._name(key), retry=_retry(self.deadline))
+
     def download_file(self, key: str, path: Path) -> None:
         dest = Path(path)
         tmp = dest.with_name(f".{dest.name}.download-{os.getpid()}-{secrets.token_hex(4)}")

@@ -133,6 +133,11 @@ class Storage(ABC):
         """Stream a local file into the object; ``progress`` gets the bytes read so far (fewer again on a retry)."""
 
     @abstractmethod
+    def copy(self, source: str, key: str) -> None:
+        """Copy the object ``source`` to ``key`` inside the storage, without its bytes passing through this machine;
+        FileNotFoundError if ``source`` does not exist."""
+
+    @abstractmethod
     def download_file(self, key: str, path: Path) -> None:
         """Copy the object to ``path``: into a temporary name beside it, then ``os.replace``; FileNotFoundError if
         the object does not exist (``path`` is then left as it was)."""

@@ -11,7 +11,8 @@ A generation reaches the bucket in the order that keeps the bucket consistent at
 
     RUN/config.json                  once per uploader, if the bucket's copy differs
     RUN/gen-NNNNNN/<files>           each checked against the local manifest first; skipped if the bucket already
-                                     has it with the same size and MD5
+                                     has it with the same size and MD5, copied inside the bucket if the generation
+                                     uploaded before has the same bytes, else sent
     RUN/gen-NNNNNN/manifest.json     the bytes read at the start, so it always describes the files uploaded
     RUN/metrics.jsonl                its committed lines
     RUN/LATEST                       "gen-NNNNNN\\n", a compare-and-swap, never moved backwards
@@ -68,7 +69,9 @@ class UploadSummary:
     ``last_uploaded`` is the newest generation completed in the bucket, ``pending`` the newest one submitted but not
     there yet when ``flush`` returned (it timed out). ``generations_abandoned`` counts those replaced in the waiting
     slot, given up after a failure for a newer one, or whose local folder vanished; ``files_skipped`` those already in
-    the bucket with the same size and MD5; ``failures`` the failed attempts; ``generations_deleted`` retention's work.
+    the bucket with the same size and MD5; ``files_copied`` those copied inside the bucket from the generation
+    uploaded before, whose file has the same bytes (the replay ring's unchanged segments); ``failures`` the failed
+    attempts; ``generations_deleted`` retention's work.
     """
 
     last_uploaded: int | None
@@ -77,6 +80,7 @@ class UploadSummary:
     generations_abandoned: int
     files_uploaded: int
     files_skipped: int
+    files_copied: int
     bytes_uploaded: int
     failures: int
     generations_deleted: int
@@ -90,7 +94,8 @@ class UploadSummary:
         newest = "nothing" if self.last_uploaded is None else generation_dirname(self.last_uploaded)
         line = (
             f"uploaded up to {newest} ({self.generations_uploaded} generations, {self.files_uploaded} files, "
-            f"{self.bytes_uploaded / 1e6:.1f} MB; {self.failures} failed attempts)"
+            f"{self.bytes_uploaded / 1e6:.1f} MB, {self.files_copied} copied in the bucket; {self.failures} failed "
+            "attempts)"
         )
         if self.pending is not None:
             line += f"; {generation_dirname(self.pending)} not uploaded yet"
@@ -376,6 +381,9 @@ class CheckpointUploader:
             if remote is not None and remote.size == entry["size"] and remote.md5 == md5:
                 unchanged += 1
                 self._count(files_skipped=1)
+            elif earlier := self._same_file_uploaded_before(job.generation, name, entry["size"], md5):
+                self.storage.copy(earlier, key)  # a file linked to the generation before's: copied, not sent
+                self._count(files_copied=1)
             else:
                 base = done
                 # No read-back: the storage verifies each upload's checksum (utils.gcs).
@@ -392,6 +400,14 @@ class CheckpointUploader:
         self._send_metrics()
         self._move_latest(job.generation)
         return sent, unchanged
+
+    def _same_file_uploaded_before(self, generation: int, name: str, size: int, md5: str) -> str | None:
+        """The key of the same file, byte for byte, in the generation this uploader last completed, if any."""
+        if self._last_uploaded is None or self._last_uploaded >= generation:
+            return None
+        key = f"{self.run_key}/{generation_dirname(self._last_uploaded)}/{name}"
+        info = self.storage.stat(key)
+        return key if info is not None and info.size == size and info.md5 == md5 else None
 
     def _send_config(self) -> None:
         if self._config_sent:

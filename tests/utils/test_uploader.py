@@ -292,3 +292,28 @@ def test_a_server_killed_mid_upload_never_leaves_latest_on_an_incomplete_generat
     assert summary.complete and summary.last_uploaded == 2
     assert_bucket_holds(storage, run_dir, 2)
     assert bucket_generations(storage) == [1, 2]
+
+
+def test_a_file_the_generation_before_already_sent_is_copied_in_the_bucket_not_sent_again(
+    storage: Storage, run_dir: Path
+) -> None:
+    ring = {"days": torch.arange(50_000, dtype=torch.int32)}  # like a replay segment no transition reached
+    logs: list[str] = []
+    with uploader(storage, run_dir, logs) as up:
+        for generation in (1, 2):
+            g = torch.Generator().manual_seed(generation)
+            write_generation(
+                run_dir,
+                generation,
+                tensors={"population": {"w": torch.randn(8, generator=g)}, "replay-000": ring},
+                documents={"state": {"generation": generation}},
+            )
+            (run_dir / "config.json").write_text('{"seed": 5}\n')
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"generation": generation}) + "\n")
+            up.submit(generation)
+            summary = up.flush(progress=False)
+    assert summary.files_copied == 1 and summary.files_uploaded == 2 * 3 - 1
+    assert (run_dir / "gen-000002" / "replay-000.safetensors").stat().st_nlink == 2  # a link locally too
+    assert_bucket_holds(storage, run_dir, 2)
+    assert "1 copied in the bucket" in str(summary)
