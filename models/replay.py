@@ -24,6 +24,12 @@ SEGMENTS = 16
 and the files of the others are the same bytes as at the checkpoint before (``utils.checkpoint`` links them)."""
 
 
+def holds_the_ring(name: str) -> bool:
+    """Whether a checkpoint's tensor group, or its file, is part of the ring: ``replay`` (position and size) and
+    its segments ``replay-000``, ``replay-001``, ... (``ReplayBuffer.checkpoint_groups``)."""
+    return name.startswith("replay")
+
+
 class ReplayBatch(NamedTuple):
     windows: torch.Tensor
     """(P, B, N, L * K) observation windows."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from models.replay import holds_the_ring
 from training.state_document import history_problem, state_problem
 from utils import checkpoint, remote
 from utils.cli import parse_command
@@ -120,7 +121,7 @@ TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folde
 
 def left_in_bucket(name: str) -> bool:
     """What a gs:// target never downloads: the replay ring's files (nothing inspect or export reports needs them)."""
-    return name.startswith("replay")
+    return holds_the_ring(name)
 
 
 def locate(target: str | Path, scratch: Path | None = None) -> Located:

@@ -25,7 +25,7 @@ def collect(
 ) -> torch.Tensor:
     """Every agent held here runs every window; episodes where ``exploring`` (E,) is True add Gaussian noise of
     the agent's stdev to its logits. All transitions go to ``buffer``, through ``share``: with the population
-    sharded over processes it returns every rank's transitions of the step (``Transitions.share``).
+    sharded over processes it returns every rank's transitions of the step (``SharedSteps``).
 
     Returns:
         (P, E, D) per-step rewards of the agents held here (the environment's history, valid until its next reset).

@@ -35,7 +35,7 @@ from environment.market import Market
 from environment.vector_env import VectorPortfolioEnv, episode_starts
 from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
-from models.replay import ReplayBuffer
+from models.replay import ReplayBuffer, holds_the_ring
 from training.checkpointing import CheckpointWriter, StagingBuffers
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness
@@ -633,7 +633,7 @@ class Trainer:
                     f"{generation_files.path}: the market data differs from the data this run was trained on"
                 )
             suffix = checkpoint.TENSORS_SUFFIX
-            ring = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if n.startswith("replay")]
+            ring = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if holds_the_ring(n)]
             tensors = {name: checkpoint.read_tensors(generation_files, name) for name in ("population", "rng", *ring)}
             return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
 
@@ -642,7 +642,7 @@ class Trainer:
         state = documents["state"]
         if state.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
             raise CheckpointError("the market data differs from the data this run was trained on")
-        replay = {name: group for name, group in tensors.items() if name.startswith("replay")}
+        replay = {name: group for name, group in tensors.items() if holds_the_ring(name)}
         loaders = {
             "population": lambda: self.population.load_state_tensors(tensors["population"]),
             "replay": lambda: self.buffer.load_checkpoint_groups(replay),
