@@ -76,9 +76,11 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
 def test_two_processes_train_the_run_one_process_trains(tmp_path, reference):
     root, log = tmp_path / "runs", tmp_path / "log"
     log.mkdir()
-    output = finish(launch(root, "r", "--generations", str(GENERATIONS), processes=2, env={"SHARDED_LOG": str(log)}))
+    env = {"SHARDED_LOG": str(log)}
+    output = finish(launch(root, "r", "--generations", str(GENERATIONS), "--tensorboard", processes=2, env=env))
     assert "x 2 processes (torch.distributed)" in output
     assert output.count(f"gen    {GENERATIONS}/{GENERATIONS}") == 1  # one process speaks
+    assert len(list((root / "r" / "tensorboard").glob("events.out.tfevents.*"))) == 1  # and logs
     assert_same_run(root / "r", reference)
     # What the equality covers: offspring whose donors lived on the other rank, and champions crowned on each rank
     # and broadcast from there.
