@@ -1,3 +1,5 @@
+import gc
+
 import pytest
 
 from utils.telemetry import GrowthWatch, count_objects, leak_findings, least_squares_slope
@@ -57,9 +59,15 @@ def test_leak_findings_and_slope():
 
 
 def test_count_objects_sees_untracked_objects_kept_in_a_list():
-    before = count_objects()
-    kept = [float(i) + 0.5 for i in range(100)]
-    after = count_objects()
+    # A collection between the two counts would free earlier tests' garbage and hide the difference.
+    gc.collect()
+    gc.disable()
+    try:
+        before = count_objects()
+        kept = [float(i) + 0.5 for i in range(100)]
+        after = count_objects()
+    finally:
+        gc.enable()
     assert after.references - before.references >= 100
     assert after.objects - before.objects < 100  # floats are not tracked by the collector
     assert len(kept) == 100
