@@ -119,13 +119,15 @@ class Donors(NamedTuple):
         return slots[(slots >= self.held.start) & (slots < self.held.stop)]
 
 
-def slots_to_fetch(plan: EvolutionPlan, blocks: list[range]) -> list[list[int]]:
-    """For each process's block of slots, the slots outside it that its offspring descend from (ascending)."""
+def slots_to_fetch(plan: EvolutionPlan, blocks: list[range], *, mates: bool = True) -> list[list[int]]:
+    """For each process's block of slots, the slots outside it that its offspring descend from (ascending): their
+    parents, and their mates too unless ``mates`` is False (only actors are blended, so the other tensors need
+    parents alone)."""
     offspring = plan.offspring.tolist()
-    parents, mates = plan.parents.tolist(), plan.mates.tolist()
+    donors_of = [plan.parents.tolist(), *([plan.mates.tolist()] if mates else [])]
     needs = []
     for block in blocks:
-        donors = {parents[s] for s in offspring if s in block} | {mates[s] for s in offspring if s in block}
+        donors = {donor[s] for donor in donors_of for s in offspring if s in block}
         needs.append(sorted(d for d in donors if d not in block))
     return needs
 
@@ -197,39 +199,43 @@ def evolve_(
 ) -> None:
     """Apply ``plan`` (made on the host, the same on every process) to every agent tensor of ``population`` in
     place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
-    population sharded, the rows of donors held by other processes are fetched first (one all-to-all)."""
+    population sharded, the rows of donors held by other processes are fetched first: every tensor of the parents
+    but the actor target in one all-to-all, the actors of parents and mates in another."""
     held = population.slots
     tensors = population.agent_tensors()
-    keys = sorted(tensors)
-    needs = None
+    # The actor target restarts from the new actor below, so it is neither fetched nor copied.
+    keys = sorted(k for k in tensors if not k.startswith("actor_target."))
+    actor_tensors = [tensors[k] for k in keys if k.startswith("actor.")]
+    other_tensors = [tensors[k] for k in keys if not k.startswith("actor.")]
+    blocks = None
     if sharding is not None and sharding.distributed:
         blocks = [range(r * sharding.per_rank, (r + 1) * sharding.per_rank) for r in range(sharding.ranks.world_size)]
-        needs = slots_to_fetch(plan, blocks)
-    plan = plan.to(population.device)
-    if needs is None:
-        donors = Donors.local([tensors[k] for k in keys])
-    else:
-        fetched = sharding.fetch_rows([tensors[k] for k in keys], needs)
+    device_plan = plan.to(population.device)
+
+    def donors_of(group: list[torch.Tensor], *, mates: bool) -> Donors:
+        if blocks is None:
+            return Donors.local(group)
+        needs = slots_to_fetch(plan, blocks, mates=mates)
+        fetched = sharding.fetch_rows(group, needs)
         mine = needs[sharding.ranks.rank]
         row_of = torch.full((population.popsize,), -1, dtype=torch.long)
         row_of[held.start : held.stop] = torch.arange(len(held))
         row_of[mine] = len(held) + torch.arange(len(mine))
-        tables = [torch.cat([tensors[k], rows]) for k, rows in zip(keys, fetched)]
-        donors = Donors(tables, row_of.to(population.device), held)
-    actor = [i for i, k in enumerate(keys) if k.startswith("actor.")]
-    others = [i for i, k in enumerate(keys) if not k.startswith("actor.")]
+        tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
+        return Donors(tables, row_of.to(population.device), held)
 
-    def pick(indices: list[int]) -> tuple[list[torch.Tensor], Donors]:
-        return [tensors[keys[i]] for i in indices], donors._replace(tables=[donors.tables[i] for i in indices])
-
-    other_tensors, other_donors = pick(others)
-    copy_from_parents_(other_tensors, plan, other_donors)
-    actor_tensors, actor_donors = pick(actor)
-    crossover_(actor_tensors, plan, actor_donors)
+    copy_from_parents_(other_tensors, device_plan, donors_of(other_tensors, mates=False))
+    actor_donors = donors_of(actor_tensors, mates=True)
+    crossover_(actor_tensors, device_plan, actor_donors)
     mutate_(
-        actor_tensors, plan.mutate, fraction=mutation_fraction, stdev=mutation_stdev, generator=generator, held=held
+        actor_tensors,
+        device_plan.mutate,
+        fraction=mutation_fraction,
+        stdev=mutation_stdev,
+        generator=generator,
+        held=held,
     )
     # Each offspring's actor target restarts from its new actor.
-    slots = donors.offspring(plan) - held.start
+    slots = actor_donors.offspring(device_plan) - held.start
     for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
         target.index_copy_(0, slots, source[slots])

@@ -10,7 +10,8 @@ P / W slots, runs its agents' episodes and their batched DDPG updates; what join
   batches, initial parameters and mutations depend on the seed, the generation and the slot, never on W;
 * fitness, validation returns and losses are gathered, and every decision (champion, evolution plan) is computed
   from the same gathered tensors on every rank, with the host streams every rank holds identically;
-* evolution moves only the rows of parents and mates that live on another rank (one all-to-all);
+* evolution moves only the rows of parents and mates that live on another rank (two all-to-alls: a mate
+  sends its actor only, and no actor target moves);
 * the leader (rank 0) alone touches storage: it decides the run to start or resume, gathers the population
   into one checkpoint, and uploads; resuming, it reads the checkpoint and broadcasts it, so a run checkpointed
   with one W resumes with any other.
