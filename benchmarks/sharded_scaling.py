@@ -2,6 +2,7 @@
 
     python benchmarks/sharded_scaling.py --private-network        # P = 16 and 32, W = 1 and 2, on the CPU
     python benchmarks/sharded_scaling.py --device cuda --processes 1,2,4 --preset paper
+    python benchmarks/sharded_scaling.py --moved-only --preset paper       # what evolution moves, no training
 
 Each configuration trains ``--generations`` generations of the preset on the bundled data in a fresh run folder,
 W = 1 with plain ``python main.py``, larger W under ``torchrun --standalone``; on the CPU every process gets one
@@ -9,6 +10,10 @@ thread (``OMP_NUM_THREADS=1``), so W processes use W cores. Per configuration it
 generation after ``--warmup`` generations, its phases (evaluate, validate, evolve, update, checkpoint), the speed-up
 over W = 1 and the parallel efficiency (speed-up / W). The runs themselves are equal whatever W
 (tests/training/test_sharded.py), so the figures compare the same work.
+
+First it prints what evolution moves between ranks for one agent another rank's offspring descends from, counted
+from the preset's agent tensors: as a parent, as a crossover mate only, and every agent tensor (what moved for
+either before mates sent their actor alone and actor targets stayed put).
 """
 
 from __future__ import annotations
@@ -69,6 +74,27 @@ def run(population: int, processes: int, args: argparse.Namespace, root: Path) -
     return figures
 
 
+def moved_per_donor(preset_name: str) -> dict[str, int]:
+    """Bytes evolution fetches for one agent held by another rank, from the tensors of the preset's population."""
+    import torch
+
+    from config import override, preset
+    from training.evolution import inherited_keys
+    from training.runs import load_market
+    from training.trainer import Trainer
+
+    config = override(preset(preset_name), {"runtime.device": "cpu", "ddpg.buffer_size": 1})  # no ring needed
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Trainer(config, load_market(config, torch.device("cpu")), Path(scratch), log=lambda line: None)
+        tensors = trainer.population.agent_tensors()
+    actor_keys, parent_keys = inherited_keys(tensors)
+
+    def per_agent(keys) -> int:
+        return sum(tensors[key][0].numel() * tensors[key].element_size() for key in keys)
+
+    return {"parent": per_agent(actor_keys + parent_keys), "mate": per_agent(actor_keys), "every": per_agent(tensors)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", default="16,32", help="population sizes P (default 16,32)")
@@ -83,7 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run torchrun in a network namespace of its own, only loopback there (unshare --net; root)",
     )
+    parser.add_argument("--moved-only", action="store_true", help="print what evolution moves, then stop")
     args = parser.parse_args(argv)
+    moved = moved_per_donor(args.preset)
+    print(
+        f"evolution moves per agent held elsewhere ({args.preset}): parent {moved['parent'] / 1e6:.2f} MB, "
+        f"mate only {moved['mate'] / 1e6:.2f} MB (every agent tensor: {moved['every'] / 1e6:.2f} MB)",
+        flush=True,
+    )
+    if args.moved_only:
+        return 0
     populations = [int(p) for p in args.populations.split(",")]
     counts = [int(w) for w in args.processes.split(",")]
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import checkpoint_blocking, throughput
+from benchmarks import checkpoint_blocking, sharded_scaling, throughput
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
 from models.ddpg import ddpg_update
@@ -106,3 +106,10 @@ def test_the_checkpoint_blocking_report_has_the_promised_shape(capsys):
     assert report["staging_bytes"] == report["population_bytes"] + report["replay_bytes"]
     assert report["checkpoint_bytes"] > report["staging_bytes"]
     assert report["median_ratio"] == pytest.approx(report["synchronous"]["median_s"] / report["staged"]["median_s"])
+
+
+def test_what_evolution_moves_leaves_out_the_actor_target_and_a_mates_other_tensors():
+    moved = sharded_scaling.moved_per_donor("smoke")
+    assert 0 < moved["mate"] < moved["parent"] < moved["every"]
+    # The actor target, the only tensor no offspring fetches, weighs as much as the actor a mate sends.
+    assert moved["every"] - moved["parent"] == moved["mate"]

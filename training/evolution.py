@@ -187,6 +187,14 @@ def mutate_(
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
 
+def inherited_keys(tensors: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """The agent tensors an offspring inherits, by key: its actor's (blended from the parent and a mate) and the
+    rest it copies from the parent alone. The actor target is in neither: it restarts from the new actor, so it
+    is never fetched from another rank nor copied."""
+    keys = sorted(k for k in tensors if not k.startswith("actor_target."))
+    return [k for k in keys if k.startswith("actor.")], [k for k in keys if not k.startswith("actor.")]
+
+
 @torch.no_grad()
 def evolve_(
     population: Population,
@@ -203,10 +211,9 @@ def evolve_(
     but the actor target in one all-to-all, the actors of parents and mates in another."""
     held = population.slots
     tensors = population.agent_tensors()
-    # The actor target restarts from the new actor below, so it is neither fetched nor copied.
-    keys = sorted(k for k in tensors if not k.startswith("actor_target."))
-    actor_tensors = [tensors[k] for k in keys if k.startswith("actor.")]
-    other_tensors = [tensors[k] for k in keys if not k.startswith("actor.")]
+    actor_keys, parent_keys = inherited_keys(tensors)
+    actor_tensors = [tensors[k] for k in actor_keys]
+    parent_tensors = [tensors[k] for k in parent_keys]
     blocks = None
     if sharding is not None and sharding.distributed:
         blocks = [range(r * sharding.per_rank, (r + 1) * sharding.per_rank) for r in range(sharding.ranks.world_size)]
@@ -224,7 +231,7 @@ def evolve_(
         tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
         return Donors(tables, row_of.to(population.device), held)
 
-    copy_from_parents_(other_tensors, device_plan, donors_of(other_tensors, mates=False))
+    copy_from_parents_(parent_tensors, device_plan, donors_of(parent_tensors, mates=False))
     actor_donors = donors_of(actor_tensors, mates=True)
     crossover_(actor_tensors, device_plan, actor_donors)
     mutate_(
