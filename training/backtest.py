@@ -15,7 +15,9 @@ was asked; the same name with a different plan is refused.
 
 The summary: per fold and seed the champion's Sharpe against equal weight's, and over all of them the mean and
 spread of the Sharpe difference, the share of folds the champion won (and tied: an equal-weight champion ties),
-and the champion's turnover over equal weight's.
+and the champion's turnover over equal weight's. Each fold also carries the overfitting diagnostics of its run's
+choice on its validation range (``training.overfitting``: deflated Sharpe ratio and PBO); the summary gives how
+many folds crowned an agent and the mean of both.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ import numpy as np
 
 from config import Config, override
 from training.evaluation import INDEX, evaluate
+from training.overfitting import diagnose
 from training.runs import load_table, resume_run, start_run
 from training.trainer import Trainer
-from utils import checkpoint
+from utils import checkpoint, jsonl
 from utils.cli import ArgumentParser
 from utils.errors import ConfigError, InputError
 
@@ -161,6 +164,12 @@ def run_fold(
     market = trainer.market
     results = evaluate(market, config, trainer.population.champion)
     test = results["holdout"]
+    validation = results["validation"].traces
+    overfitting = diagnose(
+        jsonl.read_rows(trainer.metrics_path),
+        validation["champion"].log_returns - validation["equal_weight"].log_returns,
+        crowned=trainer.champion_generation > 0,
+    )
     splits = market.splits
     result = {
         "year": fold.year,
@@ -173,6 +182,9 @@ def run_fold(
         },
         "champion_generation": trainer.champion_generation,
         "champion_edge": trainer.champion_edge,
+        "deflated_sharpe": overfitting["deflated_sharpe"],
+        "pbo": overfitting["pbo"],
+        "diagnostics": overfitting,
         "metrics": {
             s: {k: _finite(getattr(m, k)) for k in METRICS} for s, m in test.metrics.items() if s in STRATEGIES
         },
@@ -205,6 +217,9 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "total_return": {s: m[s]["total_return"] for s in m},
                 "turnover": {s: m[s]["turnover"] for s in m},
                 "sharpe_difference": None if sharpe is None or base is None else sharpe - base,
+                # None in fold results of earlier versions, and where the fold's history cannot give them
+                "deflated_sharpe": r.get("deflated_sharpe"),
+                "pbo": r.get("pbo"),
             }
         )
     diffs = [row["sharpe_difference"] for row in rows if row["sharpe_difference"] is not None]
@@ -216,6 +231,9 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         values = [v for v in values if v is not None]
         return statistics.fmean(values) if values else None
 
+    def known(key: str) -> list[float]:
+        return [row[key] for row in rows if row[key] is not None]
+
     return {
         "folds": rows,
         "mean_sharpe": {s: mean_of(s) for s in STRATEGIES},
@@ -225,6 +243,11 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "won": sum(d > 1e-9 for d in diffs) / len(diffs) if diffs else None,
         "tied": sum(abs(d) <= 1e-9 for d in diffs) / len(diffs) if diffs else None,
         "crowned": sum(row["crowned"] > 0 for row in rows) / len(rows) if rows else None,
+        "crowned_folds": sum(row["crowned"] > 0 for row in rows),
+        "deflated_sharpe_mean": statistics.fmean(known("deflated_sharpe")) if known("deflated_sharpe") else None,
+        "deflated_sharpe_folds": len(known("deflated_sharpe")),
+        "pbo_mean": statistics.fmean(known("pbo")) if known("pbo") else None,
+        "pbo_folds": len(known("pbo")),
         "turnover_ratio": sum(turnover) / sum(turnover_equal) if sum(turnover_equal) > 0 else None,
     }
 
@@ -237,7 +260,7 @@ def table(summary: dict[str, Any]) -> str:
     """The per-fold table and the summary lines."""
     lines = [
         f"{'test year':<10}{'seed':>5}{'crowned':>9}{'Sharpe':>9}{'eq. w.':>9}{'diff':>8}{'untrained':>10}"
-        f"{'index':>8}{'return':>9}{'eq. w.':>9}{'turnover':>10}{'eq. w.':>8}"
+        f"{'index':>8}{'return':>9}{'eq. w.':>9}{'turnover':>10}{'eq. w.':>8}{'DSR':>6}{'PBO':>6}"
     ]
     for row in summary["folds"]:
         sharpe, ret, turn = row["sharpe"], row["total_return"], row["turnover"]
@@ -247,6 +270,7 @@ def table(summary: dict[str, Any]) -> str:
             f"{_fmt(sharpe['untrained'], '+.2f'):>10}{_fmt(sharpe.get(INDEX), '+.2f'):>8}"
             f"{_fmt(ret['champion'] * 100, '+.1f'):>8}%{_fmt(ret['equal_weight'] * 100, '+.1f'):>8}%"
             f"{turn['champion']:>9.1f}x{turn['equal_weight']:>7.1f}x"
+            f"{_fmt(row['deflated_sharpe'], '.2f'):>6}{_fmt(row['pbo'], '.2f'):>6}"
         )
     mean = summary["mean_sharpe"]
     lines += [
@@ -259,8 +283,25 @@ def table(summary: dict[str, Any]) -> str:
         f"folds won {_fmt(summary['won'], '.0%')}, tied {_fmt(summary['tied'], '.0%')} "
         f"(an agent was crowned in {_fmt(summary['crowned'], '.0%')}; otherwise the champion is equal weight); "
         f"turnover {_fmt(summary['turnover_ratio'], '.2f')}x equal weight's",
+        _overfitting_line(summary),
     ]
     return "\n".join(lines)
+
+
+def _overfitting_line(summary: dict[str, Any]) -> str:
+    folds = len(summary["folds"])
+
+    def mean(key: str) -> str:
+        counted = summary[f"{key}_folds"]
+        if not counted:
+            return "n/a (no fold recorded it)"
+        return f"{summary[f'{key}_mean']:.2f}" + ("" if counted == folds else f" (over {counted} of {folds} folds)")
+
+    return (
+        f"overfitting: an agent was crowned in {summary['crowned_folds']} of {folds} folds; "
+        f"mean deflated Sharpe {mean('deflated_sharpe')} (the champion's where crowned, else the best candidate's), "
+        f"mean PBO {mean('pbo')}"
+    )
 
 
 def write_outputs(folder: Path, summary: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
@@ -269,12 +310,13 @@ def write_outputs(folder: Path, summary: dict[str, Any], results: list[dict[str,
 
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     with (folder / "summary.csv").open("w") as out:
-        out.write("year,seed,crowned,strategy,sharpe,total_return,annual_turnover\n")
+        out.write("year,seed,crowned,strategy,sharpe,total_return,annual_turnover,deflated_sharpe,pbo\n")
         for row in summary["folds"]:
+            diagnostics = ",".join("" if row[k] is None else str(row[k]) for k in ("deflated_sharpe", "pbo"))
             for s in row["sharpe"]:
                 out.write(
                     f"{row['year']},{row['seed']},{row['crowned']},{s},{row['sharpe'][s]},"
-                    f"{row['total_return'][s]},{row['turnover'][s]}\n"
+                    f"{row['total_return'][s]},{row['turnover'][s]},{diagnostics}\n"
                 )
     panels = []
     labels = {"champion": "champion", "untrained": "untrained (same seed)", "equal_weight": "equal weight, daily"}
@@ -392,7 +434,8 @@ def main(argv: Sequence[str]) -> int:
             say(
                 f"{fold.name}: champion Sharpe {_fmt(m['champion']['sharpe'], '+.2f')} "
                 f"(equal weight {_fmt(m['equal_weight']['sharpe'], '+.2f')}), "
-                f"{crowned}"
+                f"{crowned}; deflated Sharpe {_fmt(result.get('deflated_sharpe'), '.2f')}, "
+                f"PBO {_fmt(result.get('pbo'), '.2f')}"
             )
             progress.update()
     summary = summarise(results)

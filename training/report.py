@@ -5,7 +5,9 @@ with ``actor.json``), local or ``gs://``. The market is rebuilt on the CPU from 
 and must match the fingerprint the run recorded. ``training.evaluation`` does the scoring; this module finds the
 champion, prints the table and writes the report:
 
-* ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source;
+* ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source, and the
+  overfitting diagnostics of the run's choice (``training.overfitting``: deflated Sharpe ratio and PBO, from the
+  run's history; n/a for an export);
 * ``evaluation.csv``: the same figures, one row per (range, strategy);
 * ``daily.csv``: every strategy's daily log return, one row per day;
 * ``equity.png``, ``drawdowns.png``, ``weights.png``: equity curves and drawdowns of the champion against the
@@ -39,6 +41,7 @@ from training.evaluation import INDEX, RANGES, RangeResult, evaluate
 from training.export import ACTOR_FORMAT, read_generation, rebuild_market, run_config
 from training.inspection import locate
 from training.metrics import drawdown_curve, equity_curve
+from training.overfitting import diagnose, unavailable
 from utils import checkpoint
 from utils import tensorboard as board_log
 from utils.cli import parse_command
@@ -205,8 +208,18 @@ def _strategies(result: RangeResult) -> list[str]:
     return list(result.traces)
 
 
-def report_document(champion: Champion, results: dict[str, RangeResult]) -> dict[str, Any]:
-    """Everything ``evaluation.json`` holds."""
+def diagnostics(champion: Champion, results: dict[str, RangeResult]) -> dict[str, Any]:
+    """The deflated Sharpe ratio and PBO of the run's choice (``training.overfitting``): the trials come from the
+    checkpoint's history, the champion's daily validation excess over equal weight from ``results``."""
+    if champion.source["kind"] == "export":
+        return unavailable("an export has no run history")
+    validation = results["validation"].traces
+    excess = validation["champion"].log_returns - validation["equal_weight"].log_returns  # (D,)
+    return diagnose(champion.history, excess, crowned=bool(champion.source.get("champion_generation")))
+
+
+def report_document(champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]) -> dict[str, Any]:
+    """Everything ``evaluation.json`` holds; ``overfitting`` is ``diagnostics``' answer."""
     env = champion.config.env
     return {
         "source": champion.source,
@@ -224,6 +237,7 @@ def report_document(champion: Champion, results: dict[str, RangeResult]) -> dict
             }
             for name, result in results.items()
         },
+        "diagnostics": overfitting,
     }
 
 
@@ -336,12 +350,14 @@ def _day_before(market: Market, date: str) -> str:
     return market.dates[market.dates.index(date) - 1]
 
 
-def write_report(out: Path, champion: Champion, results: dict[str, RangeResult]) -> list[str]:
+def write_report(
+    out: Path, champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]
+) -> list[str]:
     """Write the report files into ``out`` (created if needed); returns their names."""
     if out.exists() and not out.is_dir():
         raise InputError(f"report folder {out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    document = report_document(champion, results)
+    document = report_document(champion, results, overfitting)
     (out / "evaluation.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     _write_csvs(out, results)
     return ["evaluation.json", "evaluation.csv", "daily.csv", *_write_plots(out, champion, results)]
@@ -367,16 +383,18 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
         results = evaluate(champion.market, champion.config, champion.actor)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    overfitting = diagnostics(champion, results)
     folder = Path(out).expanduser() if out else champion.default_out
-    written = write_report(folder, champion, results)
+    written = write_report(folder, champion, results, overfitting)
     tables = "\n\n".join(table(results[name], cost_rate=champion.config.env.cost_rate) for name in RANGES)
     if tensorboard:
         _tensorboard(folder, written, tables, step=int(champion.source.get("generation") or 0))
     if as_json:
-        log(json.dumps(report_document(champion, results), allow_nan=False))
+        log(json.dumps(report_document(champion, results, overfitting), allow_nan=False))
     else:
         log(
             f"{describe_champion(champion.source)}\n\n{tables}\n\n"
+            f"{overfitting['deflated_sharpe_reading']}\n{overfitting['pbo_reading']}\n\n"
             f"report: {folder} ({', '.join(written)}{', tensorboard/' if tensorboard else ''})"
         )
     return folder

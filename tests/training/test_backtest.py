@@ -20,7 +20,8 @@ from benchmarks.naive_selection import naive_fold
 from config import override, preset
 from environment.features import WARMUP_DAYS
 from environment.synthetic import make_market
-from training.backtest import plan_folds
+from training import backtest
+from training.backtest import STRATEGIES, plan_folds, summarise, table
 from training.runs import load_market
 from utils.errors import ConfigError
 
@@ -108,6 +109,7 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert main.main(backtest_command(prices, tmp_path / "whole")) == 0
     whole = json.loads(capsys.readouterr().out)
     assert [(row["year"], row["seed"]) for row in whole["folds"]] == [(2004, 0), (2005, 0)]
+    assert all({"deflated_sharpe", "pbo"} <= set(row) for row in whole["folds"])
     folder = tmp_path / "whole" / "backtest"
     assert {p.name for p in folder.iterdir()} >= {"plan.json", "summary.json", "summary.csv", "backtest.png"}
 
@@ -166,3 +168,54 @@ def test_bad_backtest_input_is_one_line_and_writes_nothing(prices, tmp_path, cap
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and phrase in err, err
     assert not (tmp_path / "root").exists()
+
+
+def test_folds_carry_their_runs_overfitting_diagnostics(prices, tmp_path, capsys, monkeypatch, add_validation_keys):
+    """A fold's deflated Sharpe ratio and PBO come from its run's whole history (2 generations of 4 agents) and its
+    champion's validation; the table and the summary show them."""
+    real = backtest.diagnose
+
+    def from_recorded_rows(history, champion_excess, *, crowned):  # whatever the trainer recorded, the same rows
+        return real(add_validation_keys(history, popsize=4, seed=9), champion_excess, crowned=crowned)
+
+    monkeypatch.setattr(backtest, "diagnose", from_recorded_rows)
+    command = [arg for arg in backtest_command(prices, tmp_path) if arg != "--json"]
+    assert main.main([*command, "--folds", "1", "--generations", "2"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "backtest" / "folds" / "fold-2005-seed-0.json").read_text())
+    diagnostics = result["diagnostics"]
+    assert diagnostics["trials"] == 8
+    assert diagnostics["deflated_sharpe_of"] == ("champion" if result["champion_generation"] else "best candidate")
+    assert result["deflated_sharpe"] == diagnostics["deflated_sharpe"] and 0.0 <= result["deflated_sharpe"] <= 1.0
+    assert result["pbo"] == diagnostics["pbo"] and 0.0 <= result["pbo"] <= 1.0
+    summary = json.loads((tmp_path / "backtest" / "summary.json").read_text())
+    assert summary["deflated_sharpe_mean"] == result["deflated_sharpe"] and summary["pbo_mean"] == result["pbo"]
+    assert summary["crowned_folds"] == (1 if result["champion_generation"] else 0)
+    header = next(line for line in printed.splitlines() if line.startswith("test year"))
+    row = next(line for line in printed.splitlines() if line.startswith("2005"))
+    assert header.split()[-2:] == ["DSR", "PBO"]
+    assert row.split()[-2:] == [f"{result['deflated_sharpe']:.2f}", f"{result['pbo']:.2f}"]
+    assert f"mean deflated Sharpe {result['deflated_sharpe']:.2f} " in printed
+    assert f"mean PBO {result['pbo']:.2f}" in printed
+
+
+def fold_result(year: int, *, crowned: int = 0, **diagnostics: float) -> dict:
+    """A fold's result as ``run_fold`` writes it, figures only; without diagnostics, as earlier versions wrote it."""
+    figures = {"total_return": 0.1, "sharpe": 1.0, "max_drawdown": 0.1, "turnover": 4.0, "costs": 0.002}
+    metrics = {s: dict(figures) for s in STRATEGIES}
+    return {"year": year, "seed": 0, "champion_generation": crowned, "metrics": metrics, **diagnostics}
+
+
+def test_fold_results_of_earlier_versions_show_n_a():
+    older, newer = fold_result(2021), fold_result(2022, crowned=3, deflated_sharpe=0.7, pbo=0.4)
+    summary = summarise([older, newer])
+    assert summary["crowned_folds"] == 1
+    assert summary["deflated_sharpe_mean"] == 0.7 and summary["deflated_sharpe_folds"] == 1
+    lines = table(summary).splitlines()
+    assert lines[1].split()[-2:] == ["n/a", "n/a"] and lines[2].split()[-2:] == ["0.70", "0.40"]
+    assert lines[-1] == (
+        "overfitting: an agent was crowned in 1 of 2 folds; mean deflated Sharpe 0.70 (over 1 of 2 folds) "
+        "(the champion's where crowned, else the best candidate's), mean PBO 0.40 (over 1 of 2 folds)"
+    )
+    only_older = table(summarise([older]))
+    assert "mean deflated Sharpe n/a (no fold recorded it)" in only_older and "mean PBO n/a" in only_older

@@ -112,6 +112,7 @@ def test_evaluate_reads_a_run_and_an_export_from_the_bucket(gcs_bucket, tmp_path
     assert main.main(["evaluate", str(local / "r"), "--out", str(tmp_path / "local-report")]) == 0
     from_disk = json.loads((tmp_path / "local-report" / "evaluation.json").read_text())
     assert from_bucket["ranges"] == from_disk["ranges"]
+    assert from_bucket["diagnostics"] == from_disk["diagnostics"]  # the same history, read from the bucket
 
     assert main.main(["export", str(local / "r"), str(tmp_path / "actor")]) == 0
     storage = open_storage(gcs_bucket)
@@ -120,6 +121,7 @@ def test_evaluate_reads_a_run_and_an_export_from_the_bucket(gcs_bucket, tmp_path
     assert main.main(["evaluate", f"{gcs_bucket}/actor", "--out", str(tmp_path / "export-report")]) == 0
     from_export = json.loads((tmp_path / "export-report" / "evaluation.json").read_text())
     assert from_export["ranges"] == from_disk["ranges"] and from_export["source"]["kind"] == "export"
+    assert from_export["diagnostics"]["pbo_reading"] == "PBO n/a (an export has no run history)"
 
 
 def test_the_pod_template_variable_names_the_bucket(gcs_bucket, tmp_path, monkeypatch):

@@ -6,11 +6,13 @@ import csv
 import json
 import math
 import shutil
+import statistics
 
 import matplotlib.image
 import pytest
 
 import main
+from training import report as report_module
 from training.evaluation import RANGES
 from training.export import export_champion
 from utils import checkpoint
@@ -82,6 +84,10 @@ def test_an_export_evaluates_like_its_checkpoint(report, tmp_path):
     theirs = json.loads((out / "evaluation.json").read_text())["ranges"]
     assert mine == theirs
     assert not (tmp_path / "report" / "history.png").exists()  # an export has no history
+    diagnostics = json.loads((tmp_path / "report" / "evaluation.json").read_text())["diagnostics"]
+    assert diagnostics["deflated_sharpe"] is None and diagnostics["pbo"] is None
+    assert diagnostics["deflated_sharpe_reading"] == "deflated Sharpe n/a (an export has no run history)"
+    assert diagnostics["pbo_reading"] == "PBO n/a (an export has no run history)"
 
 
 def test_printed_table_and_json(report, capsys):
@@ -90,9 +96,46 @@ def test_printed_table_and_json(report, capsys):
     printed = capsys.readouterr().out
     for word in ("holdout", "validation", "champion", "untrained (same seed)", "Sharpe", "max DD", "report: "):
         assert word in printed
+    # The two diagnostics, after the tables: figures, or n/a with the reason (a run that did not record them).
+    lines = printed.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("deflated Sharpe "))
+    assert lines[first + 1].startswith("PBO ") and lines[first + 3].startswith("report: ")
     assert main.main(["evaluate", str(run), "--json", "--out", str(run / "again")]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["source"]["generation"] == 3
+    assert document["diagnostics"]["deflated_sharpe_reading"] == lines[first]
+    assert document["diagnostics"]["pbo_reading"] == lines[first + 1]
+
+
+@pytest.mark.parametrize("rows", ["recorded", "older"])
+def test_diagnostics_come_from_the_run_history(report, tmp_path, monkeypatch, capsys, add_validation_keys, rows):
+    """The trials are the history's agents (3 generations of 4); the champion's Sharpe ratio is its validation
+    excess over equal weight as evaluated. Rows without the keys (an earlier version's run) give n/a."""
+    run, _ = report
+    load = report_module.load_champion
+
+    def with_history(target, scratch):
+        champion = load(target, scratch)
+        history = [{k: v for k, v in row.items() if not k.startswith("validation_")} for row in champion.history]
+        champion.history = add_validation_keys(history, popsize=4, seed=5) if rows == "recorded" else history
+        return champion
+
+    monkeypatch.setattr(report_module, "load_champion", with_history)
+    assert main.main(["evaluate", str(run), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    diagnostics = json.loads((tmp_path / "out" / "evaluation.json").read_text())["diagnostics"]
+    assert diagnostics["deflated_sharpe_reading"] in printed and diagnostics["pbo_reading"] in printed
+    if rows == "older":
+        assert diagnostics["deflated_sharpe"] is None and diagnostics["pbo"] is None
+        assert diagnostics["pbo_reading"].startswith("PBO n/a (3 of 3 generations were recorded without")
+        return
+    assert diagnostics["trials"] == 12 and diagnostics["deflated_sharpe_of"] == "champion"  # smoke_run crowns
+    assert 0.0 <= diagnostics["deflated_sharpe"] <= 1.0 and 0.0 <= diagnostics["pbo"] <= 1.0
+    assert diagnostics["pbo_splits"] == 12870
+    days = [row for row in csv.DictReader((tmp_path / "out" / "daily.csv").open()) if row["range"] == "validation"]
+    excess = [float(row["champion_log_return"]) - float(row["equal_weight_log_return"]) for row in days]
+    assert diagnostics["days"] == len(days)
+    assert diagnostics["sharpe"] == pytest.approx(statistics.fmean(excess) / statistics.stdev(excess), rel=1e-9)
 
 
 @pytest.mark.parametrize(
