@@ -23,6 +23,7 @@ FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 ActorObjective = Literal["model", "critic"]
 ChooseBy = Literal["return", "bound"]
+SelectionMethod = Literal["bootstrap", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
 
 
@@ -92,8 +93,8 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DDPGConfig:
-    gamma: float = 0.9
-    """Discount factor of the TD target (0.9: with small costs the task is nearly myopic; longer horizons add noise)."""
+    gamma: float = 0.0
+    """Discount of the TD target and of the critic's term in the model objective (0: the next day only; RESULTS.md)."""
     tau: float = 0.005
     """Polyak coefficient: target <- target + tau * (online - target) after every update."""
     actor_lr: float = 3e-4
@@ -173,6 +174,8 @@ class EvaluationConfig:
     """Episode windows every agent runs in lockstep each generation (E)."""
     exploring_episodes: int = 8
     """Of those, episodes run with exploration noise; the rest are noise-free and give the fitness."""
+    fitness_block_every: int = 4
+    """Every this-many-th block of episode_days training days gives the fitness, never the ring; 0: no such blocks."""
 
     def __post_init__(self) -> None:
         _require(self.episodes >= 1, "evaluation.episodes", "must be >= 1")
@@ -181,6 +184,13 @@ class EvaluationConfig:
             "evaluation.exploring_episodes",
             "must be in [0, episodes]",
         )
+        _require(self.fitness_block_every >= 0, "evaluation.fitness_block_every", "must be >= 0")
+        _require(self.fitness_block_every != 1, "evaluation.fitness_block_every", "must be 0 or >= 2 (1 leaves none)")
+
+    @property
+    def splits_fitness_days(self) -> bool:
+        """Whether fitness comes from days kept out of the replay ring: it needs noise-free and exploring episodes."""
+        return self.fitness_block_every > 0 and 0 < self.exploring_episodes < self.episodes
 
     @property
     def fitness_episodes(self) -> int:
@@ -194,9 +204,20 @@ class SelectionConfig:
     """Chance, at most, that a run ever crowns an agent with no edge over equal weight (training/selection.py)."""
     choose_by: ChooseBy = "return"
     """Which of the agents with a proven edge is crowned: the highest validation return, or the highest bound."""
+    method: SelectionMethod = "bootstrap"
+    """bootstrap: the max-t bootstrap of a generation's candidates, looks spent as a group; bonferroni: the old test."""
+    bootstrap_draws: int = 2000
+    """Resamples of the validation days the bootstrap gate uses for the whole run (alpha's resolution is 1/draws)."""
+    block_days: float = 0.0
+    """Mean block length of the stationary bootstrap in days; 0: chosen from the validation data (Politis-White)."""
+    half_spent_at: int = 10
+    """Generation by which the bootstrap gate may have spent half of alpha (it spends alpha * g / (g + this))."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.alpha < 1.0, "selection.alpha", "must be in (0, 1)")
+        _require(self.bootstrap_draws >= 100, "selection.bootstrap_draws", "must be >= 100")
+        _require(self.block_days == 0.0 or self.block_days >= 1.0, "selection.block_days", "must be 0 or >= 1")
+        _require(self.half_spent_at >= 1, "selection.half_spent_at", "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -311,7 +332,7 @@ def _smoke() -> Config:
             "ddpg.batch_size": 32,
             "ddpg.updates_per_generation": 4,
             "ddpg.buffer_size": 20_000,
-            "ddpg.learning_starts": 256,
+            "ddpg.learning_starts": 128,
             "evolution.popsize": 4,
             "evolution.elites": 1,
             "evolution.tournament_size": 2,
@@ -328,11 +349,11 @@ def _default() -> Config:
 
 
 def _paper() -> Config:
-    """GPU-pod scale: a year of lookback, every asset, a million-transition buffer."""
+    """GPU-pod scale: more agents, episodes, updates and a million-transition buffer; the default's one-day
+    observation, since longer windows let the networks memorise training days (RESULTS.md)."""
     return override(
         Config(),
         {
-            "env.lookback": 252,
             "env.episode_days": 126,
             "model.encoder_hidden": 256,
             "model.embedding": 64,

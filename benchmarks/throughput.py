@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
             "ddpg.buffer_size": 100_000,
             "evaluation.episodes": 4,
             "evaluation.exploring_episodes": 2,
+            **({"env.lookback": 252} if name == "paper" else {}),  # the stress shape BENCHMARKS.md reports
         }
         config = with_population(preset(name), args.efficiency_population, **sizes)
         report["update_efficiency"][name] = update_efficiency(

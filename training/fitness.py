@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from config import FitnessName
+from environment.vector_env import episode_starts
 
 
 def episode_returns(rewards_per_episode: torch.Tensor) -> torch.Tensor:
@@ -28,3 +29,38 @@ def fitness(returns_per_episode: torch.Tensor, *, kind: FitnessName, worst_k: in
         k = min(worst_k, returns_per_episode.shape[1])
         return returns_per_episode.topk(k, dim=1, largest=False).values.mean(dim=1)
     raise ValueError(f"unknown fitness {kind!r}")
+
+
+def split_training_days(
+    train: range, *, lookback: int, episode_days: int, every: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Start days of the learning windows and of the fitness windows on the training range.
+
+    With ``every`` > 0 the training range is cut into blocks of ``episode_days`` days and every ``every``-th block
+    is a fitness block: fitness episodes trade exactly such a block, and no learning window (whose transitions
+    fill the replay ring) decides on any of its days. Evolution then selects on days no gradient has fitted, so an
+    agent that memorises its training days is not rewarded for it. ``every`` = 0: both are every start day.
+
+    Returns:
+        (learning_starts, fitness_starts): int64 decision days on which a window may start.
+    """
+    starts = episode_starts(train, lookback=lookback, episode_days=episode_days)
+    every_start = torch.arange(starts.start, starts.stop)
+    if every == 0:
+        return every_start, every_start
+    fitness_decisions = torch.zeros(train.stop + 1, dtype=torch.bool)  # by day
+    fitness_starts = []
+    for first in range(train.start + (every - 1) * episode_days, train.stop - episode_days + 1, every * episode_days):
+        start = first - 1  # decides at the close before the block, earns the block's days
+        if start in starts:
+            fitness_starts.append(start)
+            fitness_decisions[start : start + episode_days] = True
+    # A learning window decides on days start .. start + episode_days - 1: none of them may be a fitness decision.
+    seen = torch.cat([torch.zeros(1, dtype=torch.long), fitness_decisions.long().cumsum(0)])
+    clear = (seen[every_start + episode_days] - seen[every_start]) == 0
+    learning_starts = every_start[clear]
+    if not fitness_starts or len(learning_starts) == 0:
+        raise ValueError(
+            f"{len(train)} training days are too few to set aside every {every}th block of {episode_days} days"
+        )
+    return learning_starts, torch.tensor(fitness_starts)

@@ -20,12 +20,14 @@ def collect(
     *,
     exploring: torch.Tensor,
     buffer: ReplayBuffer,
+    stored_episodes: int,
     generator: torch.Generator,
     share: Callable[[Step], Step] = lambda step: step,
 ) -> torch.Tensor:
     """Every agent held here runs every window; episodes where ``exploring`` (E,) is True add Gaussian noise of
-    the agent's stdev to its logits. All transitions go to ``buffer``, through ``share``: with the population
-    sharded over processes it returns every rank's transitions of the step (``SharedSteps``).
+    the agent's stdev to its logits. The transitions of the first ``stored_episodes`` episodes go to ``buffer``
+    (the others are fitness windows that no gradient may see), through ``share``: with the population sharded over
+    processes it returns every rank's transitions of the step (``SharedSteps``).
 
     Returns:
         (P, E, D) per-step rewards of the agents held here (the environment's history, valid until its next reset).
@@ -43,12 +45,13 @@ def collect(
         actions = torch.softmax(logits + noise.to(logits.device) * noise_scale, dim=-1)
         step, obs = env.step(actions)
         step = share(step)
+        kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
         buffer.add(
-            days=step.days,
-            weights=step.weights,
-            actions=step.actions,
-            rewards=step.rewards,
-            next_weights=step.next_weights,
+            days=step.days[kept],
+            weights=step.weights[:, kept],
+            actions=step.actions[:, kept],
+            rewards=step.rewards[:, kept],
+            next_weights=step.next_weights[:, kept],
             terminated=False,
             truncated=step.truncated,
         )

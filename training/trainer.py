@@ -32,18 +32,26 @@ import torch
 
 from config import Config
 from environment.market import Market
-from environment.vector_env import VectorPortfolioEnv, episode_starts
+from environment.vector_env import VectorPortfolioEnv
 from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer, holds_the_ring
 from training.checkpointing import CheckpointWriter, StagingBuffers
 from training.evolution import EvolutionPlan, evolve_, plan_generation
-from training.fitness import episode_returns, fitness
+from training.fitness import episode_returns, fitness, split_training_days
+from training.overfitting import BLOCKS, block_means
 from training.rollout import SharedSteps, collect, validate
-from training.selection import choose_champion, edge_bounds, selection_z
+from training.selection import (
+    SequentialGate,
+    choose_champion,
+    edge_bounds,
+    selection_z,
+    t_statistics,
+    validation_block_length,
+)
 from training.sharding import Sharding
 from utils import checkpoint, jsonl
-from utils.errors import CheckpointError
+from utils.errors import CheckpointError, ConfigError
 from utils.telemetry import (
     MEMORY_KEYS,
     GrowthWatch,
@@ -88,7 +96,9 @@ class Scores(NamedTuple):
     totals: torch.Tensor
     """(P + 2,) validation log returns of the agents, the champion and equal weight."""
     z: float
-    """The selection quantile these edges were measured with."""
+    """The critical t these edges were measured with (``training.selection``)."""
+    excess: torch.Tensor
+    """(P, D) float64 daily validation excess log returns of the agents over equal weight."""
 
 
 class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
@@ -122,6 +132,27 @@ def seed_device_streams(generators: dict[str, torch.Generator], seed: int, *, ge
     for index, name in enumerate(DEVICE_STREAMS):
         sequence = np.random.SeedSequence(seed, spawn_key=(len(HOST_STREAMS) + index, generation))
         generators[name].manual_seed(_seed_of(sequence))
+
+
+def make_gate(config: Config, market: Market) -> SequentialGate | None:
+    """The run's selection gate (``training.selection``); None with ``selection.method=bonferroni``. Its resamples
+    come from a stream of their own, drawn once from the seed: every look and every resume sees the same ones."""
+    selection = config.selection
+    if selection.method != "bootstrap":
+        return None
+    validation = market.splits.validation
+    mean_block = selection.block_days or validation_block_length(market.relatives[validation.start : validation.stop])
+    generator = torch.Generator(device="cpu")
+    key = (len(HOST_STREAMS) + len(DEVICE_STREAMS),)  # after the host children and the device streams' keys
+    generator.manual_seed(_seed_of(np.random.SeedSequence(config.runtime.seed, spawn_key=key)))
+    return SequentialGate(
+        len(validation),
+        alpha=selection.alpha,
+        draws=selection.bootstrap_draws,
+        mean_block=mean_block,
+        half_spent_at=selection.half_spent_at,
+        generator=generator,
+    )
 
 
 def describe_device(device: torch.device) -> dict[str, str]:
@@ -223,9 +254,17 @@ class Trainer:
             lookback=env_cfg.lookback,
             cost_rate=env_cfg.cost_rate,
         )
-        self.train_starts = episode_starts(
-            market.splits.train, lookback=env_cfg.lookback, episode_days=env_cfg.episode_days
-        )
+        # Learning windows fill the ring; fitness windows trade days the ring never holds (training.fitness).
+        self.stored_episodes = evaluation.exploring_episodes if evaluation.splits_fitness_days else evaluation.episodes
+        try:
+            self.learning_starts, self.fitness_starts = split_training_days(
+                market.splits.train,
+                lookback=env_cfg.lookback,
+                episode_days=env_cfg.episode_days,
+                every=evaluation.fitness_block_every if evaluation.splits_fitness_days else 0,
+            )
+        except ValueError as error:
+            raise ConfigError(f"evaluation.fitness_block_every: {error}") from None
         # Validation: the whole range as one episode from cash, for agents, champion and equal weight.
         validation = market.splits.validation
         self.validation_starts = torch.tensor([validation.start - 1], device=self.device)
@@ -237,6 +276,7 @@ class Trainer:
             lookback=env_cfg.lookback,
             cost_rate=env_cfg.cost_rate,
         )
+        self.gate = make_gate(config, market)
         self.exploring = torch.arange(evaluation.episodes, device=self.device) < evaluation.exploring_episodes
         fitness_from = evaluation.exploring_episodes if evaluation.exploring_episodes < evaluation.episodes else 0
         self.fitness_episodes = slice(fitness_from, None)
@@ -328,9 +368,15 @@ class Trainer:
         The generation's one host synchronisation brings back everything the decisions and the log need."""
         popsize = self.config.evolution.popsize
         daily = self._gather_validation(validate(self.population, self.validation_env, self.validation_starts))
-        z = selection_z(popsize, self.generation + 1, self.config.selection.alpha)
+        # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
+        daily = daily.cpu().to(torch.float64)  # (P + 2, D)
+        excess = daily[:popsize] - daily[popsize + 1]  # (P, D)
+        if self.gate is None:
+            z = selection_z(popsize, self.generation + 1, self.config.selection.alpha)
+        else:
+            z = self.gate.look(excess, self.generation + 1)
         edges = edge_bounds(daily[: popsize + 1], daily[popsize + 1], z=z)  # (P + 1,)
-        scores = Scores(fitness_per_agent.cpu(), edges.cpu(), daily.sum(dim=1).cpu(), z)
+        scores = Scores(fitness_per_agent.cpu(), edges, daily.sum(dim=1), z, excess)
         self._timer.mark("validate_s")
 
         crowned = choose_champion(
@@ -420,6 +466,12 @@ class Trainer:
             "validation_equal_weight": float(scores.totals[popsize + 1]),
             "edge_best": float(scores.edges[:popsize].max()),
             "selection_z": scores.z,
+            # Every candidate's evidence, for the overfitting diagnostics of evaluate and backtest
+            # (training.overfitting): daily excess Sharpe, and mean excess in 16 blocks of the validation days.
+            "validation_sharpe": [float(x) for x in t_statistics(scores.excess) / math.sqrt(scores.excess.shape[1])],
+            "validation_blocks": [[float(x) for x in agent] for agent in block_means(scores.excess.numpy())]
+            if scores.excess.shape[1] >= BLOCKS
+            else None,
             "champion_score": self.champion_score,
             "champion_edge": self.champion_edge,
             "champion_generation": self.champion_generation,
@@ -449,6 +501,7 @@ class Trainer:
             start_days,
             exploring=self.exploring,
             buffer=self.buffer,
+            stored_episodes=self.stored_episodes,
             generator=self.generators["exploration"],
             share=self._shared_steps,
         )
@@ -496,10 +549,13 @@ class Trainer:
             raise RunStopped(self.generation)
 
     def _sample_train_starts(self) -> torch.Tensor:
-        picks = torch.randint(
-            len(self.train_starts), (self.config.evaluation.episodes,), generator=self.generators["episodes"]
-        )
-        return (picks + self.train_starts.start).to(self.device)
+        """(E,) start days: the first ``stored_episodes`` from the learning windows, the rest from the fitness ones."""
+        episodes, stored = self.config.evaluation.episodes, self.stored_episodes
+        generator = self.generators["episodes"]
+        learning = self.learning_starts[torch.randint(len(self.learning_starts), (stored,), generator=generator)]
+        picks = torch.randint(len(self.fitness_starts), (episodes - stored,), generator=generator)
+        fitness = self.fitness_starts[picks]
+        return torch.cat([learning, fitness]).to(self.device)
 
     def format_line(self, row: dict[str, Any]) -> str:
         total = self.config.runtime.generations
@@ -553,6 +609,7 @@ class Trainer:
             "population": population,
             **self.buffer.checkpoint_groups(staged["replay"]),  # replay, replay-000, ...
             "rng": {name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies already
+            **({} if self.gate is None else {"selection": self.gate.state_tensors()}),  # a copy too
         }
 
     def state_document(self) -> dict[str, Any]:
@@ -634,7 +691,10 @@ class Trainer:
                 )
             suffix = checkpoint.TENSORS_SUFFIX
             ring = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if holds_the_ring(n)]
-            tensors = {name: checkpoint.read_tensors(generation_files, name) for name in ("population", "rng", *ring)}
+            # A checkpoint of an earlier version has no gate state: its gate starts with no resample crossed.
+            gate_group = [name for name in ("selection",) if name + suffix in generation_files.manifest["files"]]
+            groups = ("population", "rng", *ring, *(gate_group if self.gate is not None else []))
+            tensors = {name: checkpoint.read_tensors(generation_files, name) for name in groups}
             return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
 
         documents = self.sharding.ranks.from_leader(read)
@@ -643,10 +703,12 @@ class Trainer:
         if state.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
             raise CheckpointError("the market data differs from the data this run was trained on")
         replay = {name: group for name, group in tensors.items() if holds_the_ring(name)}
+        gate_state = "selection" in tensors and self.gate is not None
         loaders = {
             "population": lambda: self.population.load_state_tensors(tensors["population"]),
             "replay": lambda: self.buffer.load_checkpoint_groups(replay),
             "rng": lambda: self._load_generator_states(tensors["rng"]),
+            **({"selection": lambda: self.gate.load_state_tensors(tensors["selection"])} if gate_state else {}),
         }
         where = generation_files.path if generation_files is not None else Path("the checkpoint")
         for name, load in loaders.items():
