@@ -137,8 +137,9 @@ def leak_findings(
         objects_slack: largest acceptable rise of the Python object count over the rows.
         blocks_slope_limit: largest acceptable least-squares growth of Python's allocated blocks per generation;
             never 0, since CPython and PyTorch fill internal caches for thousands of calls.
-        references_slope_limit: the same for ``python_references`` (a slope, since a collection of start-up garbage
-            may dip the count once); None does not judge them (rows from before the figure existed).
+        references_slope_limit: largest acceptable median change of ``python_references`` from one generation to the
+            next (a median, since a collection of start-up garbage may dip the count once, anywhere in the rows);
+            None does not judge them (rows from before the figure existed).
         tensors_exact: require the same live tensor count in every row (else allow no net rise).
     """
     findings = []
@@ -149,7 +150,8 @@ def leak_findings(
     if max(objects) - objects[0] > objects_slack:
         findings.append(f"python objects rose by {max(objects) - objects[0]} (> {objects_slack})")
     if references_slope_limit is not None:
-        slope = least_squares_slope([row["python_references"] for row in rows])
+        references = [row["python_references"] for row in rows]
+        slope = statistics.median(b - a for a, b in itertools.pairwise(references)) if len(references) > 1 else 0
         if slope > references_slope_limit:
             findings.append(f"python references grow {slope:.1f} per generation (> {references_slope_limit})")
     blocks_slope = least_squares_slope([row["python_blocks"] for row in rows])

@@ -26,6 +26,7 @@ FILES = {
     "replay.safetensors",
     "replay-000.safetensors",
     "rng.safetensors",
+    "selection.safetensors",
     "state.json",
 }
 
