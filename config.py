@@ -117,6 +117,8 @@ class DDPGConfig:
     """Per-agent gradient-norm clip for actor and critic; 0 disables clipping."""
     actor_objective: ActorObjective = "model"
     """model: the exact next-day reward of the action on the recorded prices + gamma * critic; critic: -Q(s, a)."""
+    tilt_penalty: float = 0.0
+    """Actor objective minus this times the squared distance of its weights from equal weight, a day; 0: off."""
     observation_noise: float = 0.0
     """Stdev of Gaussian noise on the normalised features of replayed observations (against memorising); 0: off."""
 
@@ -135,6 +137,7 @@ class DDPGConfig:
         )
         _require(self.max_grad_norm >= 0, "ddpg.max_grad_norm", "must be >= 0")
         _require(self.observation_noise >= 0, "ddpg.observation_noise", "must be >= 0")
+        _require(self.tilt_penalty >= 0, "ddpg.tilt_penalty", "must be >= 0")
 
 
 @dataclass(frozen=True)

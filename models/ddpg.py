@@ -13,6 +13,10 @@ The critic learns Q on the usual TD target. The actor has two objectives:
   next weights in ``s'`` come from ``environment.kernel.portfolio_step`` on the recorded price relatives,
   differentiated exactly. Only the value of the days after that comes from the critic (a one-step value
   expansion). Costs are in ``r``, so every gradient weighs a trade against what it pays.
+
+Either objective may subtract ``tilt_penalty * ||a - equal weight||^2`` a day: a prior at equal weight, so that a
+tilt the data do not pay for consistently (on a market with no signal, none is) decays instead of drifting with the
+noise the gradient fits.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ def ddpg_update(
     max_grad_norm: float,
     objective: ActorObjective = "critic",
     cost_rate: float = 0.0,
+    tilt_penalty: float = 0.0,
 ) -> UpdateLosses:
-    """Critic on the TD target, actor on ``objective`` (see the module docstring), then Polyak-average both
-    targets. ``cost_rate`` is the environment's, for the ``model`` objective."""
+    """Critic on the TD target, actor on ``objective`` minus ``tilt_penalty`` times the squared distance of its
+    target weights from equal weight (see the module docstring), then Polyak-average both targets. ``cost_rate`` is
+    the environment's, for the ``model`` objective."""
     actor, critic = population.actor, population.critic
 
     with torch.no_grad():
@@ -73,6 +79,11 @@ def ddpg_update(
                 value = value + gamma * (1.0 - batch.terminated) * next_q
         else:
             value = critic(batch.windows, batch.weights, actions)
+        if tilt_penalty > 0:
+            assets = actions.shape[-1] - 1
+            equal_weight = torch.full_like(actions[0, 0], 1.0 / assets)
+            equal_weight[0] = 0.0  # cash first
+            value = value - tilt_penalty * (actions - equal_weight).pow(2).sum(dim=-1)  # (P, B)
         actor_loss = -value.mean(dim=1)
         population.actor_optim.zero_grad()
         actor_loss.sum().backward()

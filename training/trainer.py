@@ -525,6 +525,7 @@ class Trainer:
             max_grad_norm=ddpg.max_grad_norm,
             objective=ddpg.actor_objective,
             cost_rate=self.config.env.cost_rate,
+            tilt_penalty=ddpg.tilt_penalty,
         )
 
     def _telemetry(self) -> dict[str, int]:

@@ -188,3 +188,24 @@ def test_model_objective_prices_trading_costs():
         _population(seed=10), batch, gamma=0.0, tau=TAU, max_grad_norm=1.0, objective="model", cost_rate=0.01
     )
     assert (costly.actor > free.actor).all()
+
+
+def test_the_tilt_penalty_prices_the_squared_distance_from_equal_weight():
+    """The actor's loss rises by exactly tilt_penalty times the mean squared distance of its actions from equal
+    weight (cash 0); and updates with a large penalty pull every agent's actions towards equal weight."""
+    batch = _batch(seed=11)
+    equal_weight = torch.full((N + 1,), 1.0 / N)
+    equal_weight[0] = 0.0
+    actions = _population(seed=12).actor(batch.windows, batch.weights).detach()
+    distance = (actions - equal_weight).pow(2).sum(dim=-1).mean(dim=1)  # (P,)
+    plain = ddpg_update(_population(seed=12), batch, gamma=0.0, tau=TAU, max_grad_norm=0.0, objective="model")
+    penalised = ddpg_update(
+        _population(seed=12), batch, gamma=0.0, tau=TAU, max_grad_norm=0.0, objective="model", tilt_penalty=0.5
+    )
+    torch.testing.assert_close(penalised.actor - plain.actor, 0.5 * distance, rtol=1e-4, atol=1e-7)
+
+    population = _population(seed=12, lr=1e-2)
+    for _ in range(100):
+        ddpg_update(population, batch, gamma=0.0, tau=TAU, max_grad_norm=0.0, objective="model", tilt_penalty=10.0)
+    after = population.actor(batch.windows, batch.weights).detach()
+    assert ((after - equal_weight).pow(2).sum(dim=-1).mean(dim=1) < 0.1 * distance).all()

@@ -233,3 +233,24 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
         difference = noisy_windows - clean
         assert difference.std().item() == pytest.approx(0.5, rel=0.1)
         assert abs(difference.mean().item()) < 0.05
+
+
+def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
+    """A market the agents learn within a few generations, so the gate crowns; stopped after 4 generations and
+    resumed to 8, the run makes the same critical values, the same crowning and the same parameters as 8 in a row
+    (the gate's crossed resamples come back from the checkpoint)."""
+    momentum_prices(seed=0).to_csv(tmp_path / "momentum.csv", index=False)
+    settings = ["data.validation_days=252", "data.holdout_days=63", "evolution.popsize=8", "ddpg.buffer_size=50000"]
+    common = ["--data", str(tmp_path / "momentum.csv"), "--checkpoint-uri", str(tmp_path / "runs")]
+    for setting in settings:
+        common += ["--set", setting]
+    assert run_main(*common, "--run-name", "straight", "--generations", "8") == 0
+    assert run_main(*common, "--run-name", "resumed", "--generations", "4") == 0
+    straight, resumed = tmp_path / "runs" / "straight", tmp_path / "runs" / "resumed"
+    gate = checkpoint.read_tensors(checkpoint.open_generation(resumed), "selection")["crossed"]
+    assert 0 < int(gate.sum()) < len(gate)  # the state the resume must restore is not the empty one
+    resume = ["--checkpoint-uri", str(tmp_path / "runs"), "--run-name", "resumed", "--resume", "--generations", "8"]
+    assert run_main(*resume) == 0
+    assert [deterministic(r) for r in rows(resumed)] == [deterministic(r) for r in rows(straight)]
+    assert state_digest(resumed) == state_digest(straight)
+    assert rows(straight)[-1]["champion_generation"] > 0  # the gate crowned an agent
