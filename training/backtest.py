@@ -11,7 +11,12 @@ Every fold is an ordinary run folder ``NAME/fold-YEAR-seed-S`` (checkpointed eve
 scores go to ``NAME/folds/fold-YEAR-seed-S.json`` once it is done. Running the same command again continues a
 killed backtest where it stopped: finished folds are read back, an unfinished one resumes from its last checkpoint
 (bit for bit), so the table is the same as an uninterrupted backtest's. ``NAME/plan.json`` holds what the backtest
-was asked; the same name with a different plan is refused.
+was asked; the same name with a different plan is refused, naming the first difference. A summary describes one plan
+on one market: each fold result records the fingerprint of the market it was trained on (``market_fingerprint``;
+a fold without one, finished by an earlier version or not yet finished, is checked against its run's checkpoint), and
+a backtest whose data no longer gives every fold that market is refused before anything is trained or written.
+Fold results are read back only after every key the summary reads has been checked; a damaged one is recomputed from
+the fold's run when that run has a checkpoint, else refused with what to do.
 
 The summary: per fold and seed the champion's Sharpe against equal weight's, and over all of them the mean and
 spread of the Sharpe difference, the share of folds the champion won (and tied: an equal-weight champion ties),
@@ -22,6 +27,7 @@ many folds crowned an agent and the mean of both.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import shutil
@@ -33,19 +39,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from config import Config, override
+from environment.market import Market
 from training.evaluation import INDEX, evaluate
+from training.fitness import split_training_days
 from training.overfitting import diagnose
-from training.runs import load_table, resume_run, start_run
-from training.trainer import Trainer
+from training.runs import load_market, load_table, resolve_device, resume_run, start_run
+from training.trainer import Trainer, market_fingerprint
 from utils import checkpoint, jsonl
 from utils.cli import ArgumentParser
-from utils.errors import ConfigError, InputError
+from utils.errors import CheckpointError, ConfigError, InputError
 
 STRATEGIES = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
 """What each fold scores on its test year, in table order."""
+SCORED = STRATEGIES[:-1]
+"""The strategies every fold result holds (the index only where the data has one)."""
 METRICS = ("total_return", "sharpe", "max_drawdown", "turnover", "costs")
+DEFAULT_FOLDS = 4
+"""Test years when neither ``--folds`` nor ``--years`` is given: the last four of the data."""
+OUTPUTS = ("summary.json", "summary.csv", "backtest.png")
 
 
 def train_to_end(
@@ -75,32 +89,48 @@ class Fold:
     year: int
     seed: int
     config: Config
+    fingerprint: str
+    """``training.trainer.market_fingerprint`` of the fold's market: what its run must be trained on."""
 
     @property
     def name(self) -> str:
         return f"fold-{self.year}-seed-{self.seed}"
 
 
-def plan_folds(config: Config, *, seeds: Sequence[int], years: Sequence[int] = (), folds: int = 4) -> list[Fold]:
-    """One fold per test year and seed; ``years`` empty means the last ``folds`` calendar years of the data.
+def plan_folds(
+    config: Config, *, seeds: Sequence[int], years: Sequence[int] = (), folds: int | None = None
+) -> list[Fold]:
+    """One fold per test year and seed; ``years`` empty means the last ``folds`` (default 4) calendar years of the
+    data. Every test year's market is built here (on the CPU), so a plan the data cannot train is refused, naming
+    the year, before anything is written.
 
     Raises:
-        ConfigError: a test year the data does not hold, or no year before it to train on.
+        ConfigError: a seed or year given twice, a test year the data does not hold, or one whose fold has too few
+            days before it for the settings.
     """
+    if not seeds:
+        raise ConfigError("--seeds names no seed")
+    _refuse_repeats(seeds, "--seeds", "seed")
+    _refuse_repeats(years, "--years", "year")
     table = load_table(config)
     calendar = table.dates.year
     available = sorted(set(int(y) for y in calendar))
     if not years:
-        if folds < 1:
+        count = DEFAULT_FOLDS if folds is None else folds
+        asked = f"--folds {folds}" if folds is not None else f"the default --folds {DEFAULT_FOLDS}"
+        if count < 1:
             raise ConfigError("--folds must be >= 1")
-        if folds >= len(available):
-            raise ConfigError(f"--folds {folds}: the data spans {len(available)} calendar years; leave one to train on")
-        years = available[-folds:]
+        if count >= len(available):
+            raise ConfigError(
+                f"{asked}: the data spans {len(available)} calendar years ({available[0]} to {available[-1]}); "
+                "leave one to train on (fewer --folds, or --years)"
+            )
+        years = available[-count:]
     missing = sorted(set(years) - set(available))
     if missing:
         raise ConfigError(f"test year {missing[0]} is not in the data ({available[0]} to {available[-1]})")
     plan = []
-    for year in sorted(set(years)):
+    for year in sorted(years):
         in_year = np.flatnonzero(calendar == year)
         fold_config = override(
             config,
@@ -110,9 +140,39 @@ def plan_folds(config: Config, *, seeds: Sequence[int], years: Sequence[int] = (
                 "data.gap_days": config.env.lookback,
             },
         )
+        try:
+            market = load_market(fold_config, torch.device("cpu"))
+            _check_training_days(fold_config, market)
+        except InputError as error:
+            raise ConfigError(f"test year {year}: {error}") from None
+        fingerprint = market_fingerprint(market)
         for seed in seeds:
-            plan.append(Fold(year, seed, override(fold_config, {"runtime.seed": seed})))
+            plan.append(Fold(year, seed, override(fold_config, {"runtime.seed": seed}), fingerprint))
     return plan
+
+
+def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:
+    """A value given twice would count its folds twice in every mean and share of the summary: refused, since the
+    command cannot know whether another value was meant."""
+    for value in values:
+        if list(values).count(value) > 1:
+            raise ConfigError(f"{flag} names {what} {value} twice; give each once")
+
+
+def _check_training_days(config: Config, market: Market) -> None:
+    """The check the fold's trainer makes of its training range (``training.fitness``), made before the plan."""
+    evaluation = config.evaluation
+    if not evaluation.splits_fitness_days:
+        return
+    try:
+        split_training_days(
+            market.splits.train,
+            lookback=config.env.lookback,
+            episode_days=config.env.episode_days,
+            every=evaluation.fitness_block_every,
+        )
+    except ValueError as error:
+        raise ConfigError(f"evaluation.fitness_block_every: {error}") from None
 
 
 def _plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:
@@ -122,25 +182,219 @@ def _plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:
     return {"config": base, "folds": [{"year": f.year, "seed": f.seed} for f in folds]}
 
 
-def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> None:
-    """Create ``folder`` with its plan, or check that an existing one was asked the same."""
+def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> list[str]:
+    """Create ``folder`` with its plan, or check that an existing one was asked the same, on the same data, and
+    that its files can be used. Every check comes before anything is written.
+
+    Returns:
+        One line for each fold result that is damaged and will be recomputed from the fold's run.
+
+    Raises:
+        ConfigError: ``folder`` or a folder above it is a file; it holds something other than a backtest, or a
+            backtest with another plan or trained on other data; a fold result is damaged with no run left to
+            recompute it; a folder stands where a file of the backtest goes.
+    """
+    _check_folder(folder)
     plan = json.loads(json.dumps(_plan_document(config, folds)))  # as it reads back: tuples become lists
     plan_path = folder / "plan.json"
-    if plan_path.is_file():
-        try:
-            saved = json.loads(plan_path.read_text())
-        except (OSError, ValueError):
-            raise ConfigError(f"{plan_path} is not a backtest plan; use another --name") from None
-        if saved != plan:
-            raise ConfigError(
-                f"backtest {folder} was started with other settings (config, test years or seeds); "
-                "run it with the same ones to continue it, or use another --name"
+    if not plan_path.exists() and not plan_path.is_symlink():
+        if folder.is_dir() and any(folder.iterdir()):
+            raise ConfigError(f"{folder} exists and is not a backtest; use another --name")
+        folder.mkdir(parents=True, exist_ok=True)
+        checkpoint.write_file_atomically(plan_path, (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode())
+        return []
+    try:
+        saved = json.loads(plan_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        saved = None
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict) or "folds" not in saved:
+        raise ConfigError(f"{plan_path} is not a backtest plan; use another --name")
+    difference = _plan_difference(saved, plan)
+    if difference is not None:
+        raise ConfigError(
+            f"backtest {folder} was started with other settings: {difference}; "
+            "run it with the same ones to continue it, or use another --name"
+        )
+    in_the_way = [folder / "folds"] if (folder / "folds").exists() and not (folder / "folds").is_dir() else []
+    in_the_way += [folder / name for name in OUTPUTS if (folder / name).exists() and not (folder / name).is_file()]
+    if in_the_way:
+        kind = "a file" if in_the_way[0].name == "folds" else "a folder"
+        raise ConfigError(
+            f"{in_the_way[0]} is {kind}, not the backtest's {in_the_way[0].name}; "
+            "move it away and run the same command again (finished folds are kept)"
+        )
+    notes = []
+    for fold in folds:
+        _, problem = stored_result(folder, fold)
+        if problem is not None:
+            notes.append(
+                f"{result_path(folder, fold)} is not a valid fold result ({problem}); "
+                f"recomputing it from the fold's run {folder / fold.name}"
             )
-        return
-    if folder.exists() and any(folder.iterdir()):
-        raise ConfigError(f"{folder} exists and is not a backtest; use another --name")
-    folder.mkdir(parents=True, exist_ok=True)
-    plan_path.write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    return notes
+
+
+def _check_folder(folder: Path) -> None:
+    """``folder`` is, or can become, a folder: it and every existing folder above it are folders."""
+    for place in (folder, *folder.parents):
+        if place.is_dir():
+            return
+        if place.exists() or place.is_symlink():
+            fix = "use another --name" if place == folder else "give --checkpoint-uri a folder"
+            raise ConfigError(f"{place} is a file, not a folder; {fix}")
+
+
+def _plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
+    """The first thing ``saved`` (plan.json) and ``plan`` (this command) disagree on, in words; None if nothing."""
+    if saved.get("folds") != plan["folds"]:
+        before, now = _folds_text(saved.get("folds")), _folds_text(plan["folds"])
+        return f"the test years and seeds ({before} in plan.json, now {now})"
+    old, new = _flat(saved["config"]), _flat(plan["config"])
+    for key in sorted(old.keys() | new.keys()):
+        if old.get(key, ...) != new.get(key, ...):
+            before, now = (repr(d[key]) if key in d else "not set" for d in (old, new))
+            return f"{key} ({before} in plan.json, now {now})"
+    return None if saved == plan else "plan.json holds other keys"
+
+
+def _folds_text(folds: Any) -> str:
+    if not isinstance(folds, list) or not all(isinstance(f, dict) for f in folds):
+        return "no valid list of folds"
+    years = ", ".join(str(y) for y in dict.fromkeys(f.get("year") for f in folds))
+    seeds = ", ".join(str(s) for s in dict.fromkeys(f.get("seed") for f in folds))
+    return f"years {years or 'none'}, seeds {seeds or 'none'}"
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def result_path(folder: Path, fold: Fold) -> Path:
+    return folder / "folds" / f"{fold.name}.json"
+
+
+def stored_result(folder: Path, fold: Fold) -> tuple[dict[str, Any] | None, str | None]:
+    """The fold's finished result, checked before use: ``(result, None)``; ``(None, why)`` when the file is damaged
+    and the fold's run has a checkpoint to recompute it from; ``(None, None)`` when the fold has no result yet.
+
+    Raises:
+        ConfigError: the fold was trained on another market than the data gives it now (its result's fingerprint,
+            else its run's checkpoint's, differs from ``fold.fingerprint``); the file is damaged and no run is
+            left to recompute it from; a folder stands where the file goes, or a file where the run goes.
+    """
+    path = result_path(folder, fold)
+    run_dir = folder / fold.name
+    result, problem = None, None
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a fold result; move it away and run the same command again")
+    if path.exists() or path.is_symlink():
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            problem = f"not JSON: {error}"
+        else:
+            problem = _result_problem(result, fold)
+        if problem is not None:
+            result = None
+    if result is None and (run_dir.exists() or run_dir.is_symlink()) and not run_dir.is_dir():
+        raise ConfigError(
+            f"{run_dir} is a file, not the fold's run folder; move it away and run the same command again"
+        )
+    recorded, source = (result.get("market_fingerprint"), path) if result is not None else (None, path)
+    if recorded is None:
+        recorded, source = _run_market(run_dir), run_dir
+    if recorded is not None and recorded != fold.fingerprint:
+        data = fold.config.data.path or "the bundled data set"
+        raise ConfigError(
+            f"the data changed: {data} no longer gives test year {fold.year} the market {fold.name} was trained on "
+            f"({source} records market fingerprint {recorded[:12]}, the data now gives {fold.fingerprint[:12]}); "
+            "continue the backtest on the data it was started with, or use another --name for this data"
+        )
+    if problem is not None and checkpoint.latest_generation(run_dir) is None:
+        raise ConfigError(
+            f"{path} is not a valid fold result ({problem}) and the fold's run {run_dir} has no checkpoint to "
+            "recompute it from; delete the file to train the fold again"
+        )
+    return result, problem
+
+
+def _run_market(run_dir: Path) -> str | None:
+    """The market fingerprint the run's latest complete checkpoint records; None without a readable one (resuming
+    the run then reports the damage)."""
+    try:
+        state = checkpoint.read_document(checkpoint.open_generation(run_dir), "state")
+    except CheckpointError:
+        return None
+    recorded = state.get("market_fingerprint") if isinstance(state, dict) else None
+    return recorded if isinstance(recorded, str) else None
+
+
+def _result_problem(result: Any, fold: Fold) -> str | None:
+    """What makes ``result`` unfit to be ``fold``'s result in the summary, table and plot (None: nothing): every key
+    they read, with its type."""
+    if not isinstance(result, dict):
+        return f"a JSON {_json_type(result)}, not an object"
+    for key, wanted in (("year", fold.year), ("seed", fold.seed)):
+        if type(result.get(key)) is not int or result[key] != wanted:
+            return f"{key} is {result.get(key)!r}, not {wanted}"
+    generation = result.get("champion_generation")
+    if type(generation) is not int or generation < 0:
+        return f"champion_generation is {generation!r}, not a generation number"
+    for key in ("deflated_sharpe", "pbo"):  # absent from results of earlier versions
+        if result.get(key) is not None and not _is_number(result[key]):
+            return f"{key} is {result[key]!r}, not a number"
+    if not isinstance(result.get("market_fingerprint", ""), str):
+        return "market_fingerprint is not a string"
+    metrics = result.get("metrics")
+    if not isinstance(metrics, dict) or not set(SCORED) <= metrics.keys() <= set(STRATEGIES):
+        return f"metrics must hold the figures of {', '.join(SCORED)} (and {INDEX} where the data has it)"
+    for strategy, figures in metrics.items():
+        if not isinstance(figures, dict) or not all(
+            key in figures and (figures[key] is None or _is_number(figures[key])) for key in METRICS
+        ):
+            return f"metrics.{strategy} must hold {', '.join(METRICS)}, each a number or null"
+    test_dates = result.get("test_dates")
+    if not isinstance(test_dates, list) or not test_dates or not all(_is_day(d, fold.year) for d in test_dates):
+        return f"test_dates must list the days of {fold.year}"
+    daily = result.get("daily")
+    if not isinstance(daily, dict) or not daily.keys() <= set(STRATEGIES):
+        return "daily must map strategies to their daily log returns"
+    for strategy, returns in daily.items():
+        if not isinstance(returns, list) or len(returns) != len(test_dates) or not all(map(_is_number, returns)):
+            return f"daily.{strategy} must hold one log return per test day"
+    dates = result.get("dates")
+    if not isinstance(dates, dict) or not all(_is_span(dates.get(k)) for k in ("train", "validation", "test")):
+        return "dates must give the first and last day of train, validation and test"
+    if dates.get("gap") is not None and not _is_span(dates["gap"]):
+        return "dates.gap must give its first and last day, or be null"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_day(value: Any, year: int | None = None) -> bool:
+    try:
+        day = dt.date.fromisoformat(value) if isinstance(value, str) and len(value) == 10 else None
+    except ValueError:
+        day = None
+    return day is not None and (year is None or day.year == year)
+
+
+def _is_span(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(map(_is_day, value))
 
 
 def run_fold(
@@ -153,14 +407,16 @@ def run_fold(
 ) -> dict[str, Any]:
     """Train the fold's run (or finish it) and score its champion on the test year; the result is also written
     to ``folder/folds/NAME.json`` and read back from there next time."""
-    result_path = folder / "folds" / f"{fold.name}.json"
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
+    stored, _ = stored_result(folder, fold)
+    if stored is not None:
+        return stored
     config = override(
         fold.config,
         {"checkpoint.uri": str(folder), "checkpoint.run_name": fold.name, "runtime.progress": False},
     )
     trainer = train_to_end(config, log=log, should_stop=should_stop, on_generation=on_generation)
+    if trainer.fingerprint != fold.fingerprint:
+        raise ConfigError(f"the data changed while the backtest ran: test year {fold.year} has another market now")
     market = trainer.market
     results = evaluate(market, config, trainer.population.champion)
     test = results["holdout"]
@@ -190,11 +446,11 @@ def run_fold(
         },
         "daily": {s: [float(x) for x in t.log_returns] for s, t in test.traces.items() if s in STRATEGIES},
         "test_dates": test.dates,
+        "market_fingerprint": trainer.fingerprint,
     }
-    result_path.parent.mkdir(exist_ok=True)
-    tmp = result_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, allow_nan=False) + "\n")
-    tmp.replace(result_path)
+    path = result_path(folder, fold)
+    path.parent.mkdir(exist_ok=True)
+    checkpoint.write_file_atomically(path, (json.dumps(result, allow_nan=False) + "\n").encode())
     return result
 
 
@@ -203,7 +459,15 @@ def _finite(value: float) -> float | None:
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The headline figures over every fold and seed (see the module docstring)."""
+    """The headline figures over every fold and seed (see the module docstring).
+
+    Raises:
+        ValueError: two results of one fold (year and seed), which would count it twice.
+    """
+    folds = [(r["year"], r["seed"]) for r in results]
+    repeated = next((fold for fold in folds if folds.count(fold) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"test year {repeated[0]} seed {repeated[1]} is given twice")
     rows = []
     for r in results:
         m = r["metrics"]
@@ -223,8 +487,9 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     diffs = [row["sharpe_difference"] for row in rows if row["sharpe_difference"] is not None]
-    turnover = [row["turnover"]["champion"] for row in rows]
-    turnover_equal = [row["turnover"]["equal_weight"] for row in rows]
+    turnover = [(row["turnover"]["champion"], row["turnover"]["equal_weight"]) for row in rows]
+    turnover = [pair for pair in turnover if None not in pair]  # (champion, equal weight) where both are known
+    turnover_equal = sum(equal for _, equal in turnover)
 
     def mean_of(strategy: str) -> float | None:
         values = [row["sharpe"].get(strategy) for row in rows]
@@ -248,12 +513,16 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "deflated_sharpe_folds": len(known("deflated_sharpe")),
         "pbo_mean": statistics.fmean(known("pbo")) if known("pbo") else None,
         "pbo_folds": len(known("pbo")),
-        "turnover_ratio": sum(turnover) / sum(turnover_equal) if sum(turnover_equal) > 0 else None,
+        "turnover_ratio": sum(champion for champion, _ in turnover) / turnover_equal if turnover_equal > 0 else None,
     }
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else value * 100
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -268,8 +537,8 @@ def table(summary: dict[str, Any]) -> str:
             f"{row['year']:<10}{row['seed']:>5}{row['crowned'] or 'no':>9}{_fmt(sharpe['champion'], '+.2f'):>9}"
             f"{_fmt(sharpe['equal_weight'], '+.2f'):>9}{_fmt(row['sharpe_difference'], '+.2f'):>8}"
             f"{_fmt(sharpe['untrained'], '+.2f'):>10}{_fmt(sharpe.get(INDEX), '+.2f'):>8}"
-            f"{_fmt(ret['champion'] * 100, '+.1f'):>8}%{_fmt(ret['equal_weight'] * 100, '+.1f'):>8}%"
-            f"{turn['champion']:>9.1f}x{turn['equal_weight']:>7.1f}x"
+            f"{_fmt(_percent(ret['champion']), '+.1f'):>8}%{_fmt(_percent(ret['equal_weight']), '+.1f'):>8}%"
+            f"{_fmt(turn['champion'], '.1f'):>9}x{_fmt(turn['equal_weight'], '.1f'):>7}x"
             f"{_fmt(row['deflated_sharpe'], '.2f'):>6}{_fmt(row['pbo'], '.2f'):>6}"
         )
     mean = summary["mean_sharpe"]
@@ -308,7 +577,9 @@ def write_outputs(folder: Path, summary: dict[str, Any], results: list[dict[str,
     """``summary.json``, ``summary.csv`` and ``backtest.png`` (walk-forward equity: the test years chained)."""
     from utils.plots import SeriesPanel, plot_equity
 
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    checkpoint.write_file_atomically(
+        folder / "summary.json", (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode()
+    )
     with (folder / "summary.csv").open("w") as out:
         out.write("year,seed,crowned,strategy,sharpe,total_return,annual_turnover,deflated_sharpe,pbo\n")
         for row in summary["folds"]:
@@ -356,7 +627,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run per seed and year (0,1,2)")
-    parser.add_argument("--folds", type=int, default=4, help="test years: the last FOLDS years of the data (4)")
+    parser.add_argument("--folds", type=int, help=f"test years: the last FOLDS years of the data ({DEFAULT_FOLDS})")
     parser.add_argument("--years", help="comma-separated test years instead of --folds")
     parser.add_argument("--generations", type=int, help="generations of every fold's run")
     parser.add_argument("--population", type=int, help="agents in the population")
@@ -388,7 +659,7 @@ def main(argv: Sequence[str]) -> int:
 
     args = _parser().parse_args(list(argv))
     seeds = _integers(args.seeds, "--seeds")
-    years = _integers(args.years, "--years") if args.years else []
+    years = _integers(args.years, "--years") if args.years is not None else []
     if args.checkpoint_uri.startswith("gs://"):
         raise InputError("backtest writes to a local folder: give --checkpoint-uri a local path")
     if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
@@ -403,14 +674,17 @@ def main(argv: Sequence[str]) -> int:
     settings.update({k: v for k, v in flags.items() if v is not None})
     config = override(preset(args.preset), settings)
     folds = plan_folds(config, seeds=seeds, years=years, folds=args.folds)
+    resolve_device(config.runtime.device)  # a device this machine lacks is refused before the plan is written
     folder = Path(args.checkpoint_uri) / args.name
-    open_backtest(folder, config, folds)
+    notes = open_backtest(folder, config, folds)
 
     results = []
     with StopRequest() as stop, GenerationProgress(enabled=not args.no_progress, unit="fold") as progress:
         # With --json, stdout holds the summary alone: the per-fold lines go to stderr.
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else progress.write
         log = say if args.verbose else (lambda line: None)
+        for note in notes:
+            say(note)
         progress.reset(total=len(folds), initial=0)
         for fold in folds:
             progress.describe(f"{fold.name}")
