@@ -2,7 +2,7 @@
 
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
-    python main.py --resume-or-start --run-name NAME [flags]                      a pod's start command
+    python main.py --resume-or-start --fall-back --run-name NAME [flags]          a pod's start command
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
@@ -67,6 +67,12 @@ def _train_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume-from", type=int, metavar="GEN", help="with --resume: continue from this complete generation"
     )
+    parser.add_argument(
+        "--fall-back",
+        action="store_true",
+        help="with --resume or --resume-or-start: when the newest generations are damaged, set them aside "
+        "(gen-NNNNNN.damaged-TIME, never deleted) and continue from the newest intact one instead of refusing",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--tensorboard", action="store_true", help="also log every generation to <run>/tensorboard (needs tensorboard)"
@@ -113,6 +119,10 @@ def train(argv: list[str]) -> int:
         raise InputError("--resume-from needs --resume")
     if args.resume_or_start and (args.resume or not args.run_name):
         raise InputError("--resume-or-start needs --run-name and no --resume (it resumes by itself when it can)")
+    if args.fall_back and not (args.resume or args.resume_or_start):
+        raise InputError("--fall-back needs --resume or --resume-or-start (a new run has nothing to fall back to)")
+    if args.fall_back and args.resume_from is not None:
+        raise InputError("--resume-from names the generation to continue from; give it or --fall-back, not both")
     config = config_module.override(base, settings)
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
@@ -134,9 +144,17 @@ def train(argv: list[str]) -> int:
         progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress and ranks.is_leader))
         log = progress.write if ranks.is_leader else _quiet
         if args.resume_or_start:
-            run = resume_or_start(config, explicit, log=log, should_stop=stop, ranks=ranks)
+            run = resume_or_start(config, explicit, log=log, should_stop=stop, fall_back=args.fall_back, ranks=ranks)
         elif args.resume:
-            run = resume_run(config, explicit, log=log, should_stop=stop, resume_from=args.resume_from, ranks=ranks)
+            run = resume_run(
+                config,
+                explicit,
+                log=log,
+                should_stop=stop,
+                resume_from=args.resume_from,
+                fall_back=args.fall_back,
+                ranks=ranks,
+            )
         else:
             run = start_run(config, log=log, should_stop=stop, ranks=ranks)
         trainer, config = run.trainer, run.config

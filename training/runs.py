@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from training.sizing import check_memory
 from training.state_document import read_state
 from training.trainer import Trainer, describe_device, device_change_note
 from utils import checkpoint, remote
-from utils.errors import CheckpointError, ConfigError
+from utils.errors import CheckpointError, ConfigError, one_line
 from utils.gcs import open_storage
 from utils.storage import Storage, parse_uri
 from utils.uploader import CheckpointUploader
@@ -173,9 +174,11 @@ def _new_run(config: Config) -> tuple[Config, Path, Storage | None]:
     run_dir = root / name
     if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
         raise ConfigError(f"{run_dir} is not a run folder (a file or a link); choose another --run-name")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    # A start killed while writing config.json leaves only its temporary: the folder holds nothing yet.
+    if run_dir.is_dir() and any(not checkpoint.is_leftover(entry.name) for entry in run_dir.iterdir()):
         if _has_checkpoint(run_dir):
             raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
+        _refuse_unusable_folders(run_dir)
         _check_same_settings(_read_config_file(run_dir / "config.json", str(run_dir)), config, str(run_dir))
     if storage is not None and remote.latest_in_bucket(storage, name) is not None:
         raise ConfigError(f"{storage.uri}/{name} already exists in the bucket; use --resume or another --run-name")
@@ -196,9 +199,11 @@ def resume_or_start(
     *,
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
+    fall_back: bool = False,
     ranks: Ranks | None = None,
 ) -> Run:
-    """Resume the named run if it has a checkpoint, locally or in the bucket; else start it (a pod's start command)."""
+    """Resume the named run if it has a checkpoint, locally or in the bucket; else start it (a pod's start command).
+    ``fall_back`` as for ``resume_run``."""
     ranks = ranks or Ranks()
     if not config.checkpoint.run_name:
         raise ConfigError("--resume-or-start needs --run-name (the run every start of the pod continues)")
@@ -210,7 +215,7 @@ def resume_or_start(
         return {"resume": in_bucket or (run_dir.is_dir() and _has_checkpoint(run_dir))}
 
     if ranks.from_leader(decide)["resume"]:
-        return resume_run(config, explicit, log=log, should_stop=should_stop, ranks=ranks)
+        return resume_run(config, explicit, log=log, should_stop=should_stop, fall_back=fall_back, ranks=ranks)
     return start_run(config, log=log, should_stop=should_stop, ranks=ranks)
 
 
@@ -229,7 +234,7 @@ def _begin(
     if ranks.is_leader:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
-        (run_dir / "config.json").write_text(config.to_json() + "\n")
+        checkpoint.write_file_atomically(run_dir / "config.json", (config.to_json() + "\n").encode())
     trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
     name = config.checkpoint.run_name
     where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
@@ -324,6 +329,7 @@ def resume_run(
     log: Callable[[str], None] = print,
     should_stop: Callable[[], bool] = lambda: False,
     resume_from: int | None = None,
+    fall_back: bool = False,
     ranks: Ranks | None = None,
 ) -> Run:
     """Continue the most recent (or ``--run-name``) run with its own config.
@@ -333,6 +339,10 @@ def resume_run(
         explicit: the dotted settings the user gave on the command line; any outside
             ``RESUMABLE_CHANGES`` that differs from the run's config is an error.
         resume_from: a complete generation to continue from instead of the latest.
+        fall_back: when the newest generation is damaged, continue from the newest intact one instead of refusing.
+            Either way, every damaged generation folder newer than the one the run continues from is set aside
+            (``gen-NNNNNN.damaged-STAMP``, locally and in the bucket), never deleted or written over, and one line
+            says which: the generations after it are written again.
         ranks: with several processes, the leader finds the run and reads the checkpoint; each process takes its
             share, whatever the number of processes that wrote it.
     """
@@ -342,8 +352,10 @@ def resume_run(
 
     def decide() -> dict[str, Any]:
         nonlocal storage, files
-        run_dir, storage, generation, files, resumed = _find_checkpoint(config, explicit, resume_from, log)
-        return {"run_dir": str(run_dir), "generation": generation, "config": resumed.to_dict()}
+        run_dir, storage, generation, files, resumed, upload = _find_checkpoint(
+            config, explicit, resume_from, fall_back, log
+        )
+        return {"run_dir": str(run_dir), "generation": generation, "config": resumed.to_dict(), "upload": upload}
 
     decided = ranks.from_leader(decide)
     run_dir, generation = Path(decided["run_dir"]), decided["generation"]
@@ -358,43 +370,52 @@ def resume_run(
     note = device_change_note(trainer.restored_device, describe_device(device))
     if note is not None:
         log(note)
-    return _attach_uploader(Run(trainer, resumed), storage, log)
+    run = _attach_uploader(Run(trainer, resumed), storage, log)
+    if run.uploader is not None and decided["upload"]:  # the bucket lacks the generation the run continues from
+        run.uploader.submit(generation, protect={trainer.champion_generation})
+    return run
 
 
 def _find_checkpoint(
-    config: Config, explicit: dict[str, Any], resume_from: int | None, log: Callable[[str], None]
-) -> tuple[Path, Storage | None, int | None, checkpoint.GenerationFiles | None, Config]:
+    config: Config, explicit: dict[str, Any], resume_from: int | None, fall_back: bool, log: Callable[[str], None]
+) -> tuple[Path, Storage | None, int | None, checkpoint.GenerationFiles | None, Config, bool]:
     """The checks of ``resume_run``: the run folder, the bucket, the generation to load (None for a run with no
-    checkpoint yet, started again with its own settings), its files and the config to continue with."""
+    checkpoint yet, started again with its own settings), its files, the config to continue with, and whether the
+    bucket lacks that generation."""
     root, storage = open_location(config)
+    name = config.checkpoint.run_name
     if storage is not None:
-        name = config.checkpoint.run_name or remote.most_recent_run(storage)
+        name = name or remote.most_recent_run(storage) or ""
         if name:  # the bucket is the truth for a pod that may have lost its disk
-            remote.pull_latest(storage, name, root / name)
-        run_dir = find_run(root, name or "")
-    else:
-        run_dir = find_run(root, config.checkpoint.run_name)
-    if resume_from is None and not _has_checkpoint(run_dir):
+            remote.pull_config(storage, name, root / name)
+    run_dir = find_run(root, name)
+    found = _find_generation(run_dir, storage, resume_from)
+    if found.generation is None and not found.damaged and resume_from is None:
         # Stopped before its first checkpoint: nothing was lost, so start it again with its own settings.
         saved = _read_config_file(run_dir / "config.json", str(run_dir))
         _check_explicit(saved, explicit, run_dir)
         restarted = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
         log(f"{run_dir} has no complete generation yet: starting it from generation 0")
-        return run_dir, storage, None, None, restarted
-    generation = _generation_to_resume(run_dir, resume_from)
-    with _offering_earlier(run_dir, generation):
-        problems = checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation))
-        if problems:
-            raise CheckpointError(problems[0])
-        files = checkpoint.open_generation(run_dir, generation)
-        state = read_state(files)
-        try:  # the config the run had at this generation (an earlier resume may have extended it)
-            saved = Config.from_dict(state["config"])
-        except (KeyError, TypeError, ConfigError) as error:
-            raise CheckpointError(f"{files.path / 'state.json'}: no usable config ({error})") from None
-    _check_explicit(saved, explicit, run_dir)
+        return run_dir, storage, None, None, restarted, False
+    generation = found.generation
+    try:  # every check before anything is set aside or moved
+        _refuse_unless_continuable(run_dir, storage, found, resume_from, fall_back)
+        with _offering_earlier(run_dir, generation):
+            files = checkpoint.open_generation(found.staged or run_dir / checkpoint.generation_dirname(generation))
+            state = read_state(files)
+            try:  # the config the run had at this generation (an earlier resume may have extended it)
+                saved = Config.from_dict(state["config"])
+            except (KeyError, TypeError, ConfigError) as error:
+                raise CheckpointError(f"{files.path / 'state.json'}: no usable config ({error})") from None
+        _check_explicit(saved, explicit, run_dir)
+    except BaseException:
+        if found.staged is not None:
+            shutil.rmtree(found.staged, ignore_errors=True)
+        raise
+    _pass_over(run_dir, storage, found, resume_from, log)
+    files = checkpoint.open_generation(run_dir, generation)  # in its place now
     resumed = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
-    return run_dir, storage, generation, files, resumed
+    return run_dir, storage, generation, files, resumed, storage is not None and generation not in found.bucket_complete
 
 
 def _check_explicit(saved: Config, explicit: dict[str, Any], run_dir: Path) -> None:
@@ -410,33 +431,188 @@ def _check_explicit(saved: Config, explicit: dict[str, Any], run_dir: Path) -> N
             )
 
 
-def _generation_to_resume(run_dir: Path, wanted: int | None) -> int:
-    """``wanted``, or the generation ``LATEST`` names, or a newer folder that carries a manifest but
-    does not validate. The writer renames a folder into place only with its manifest inside, so such a
-    folder was damaged after the fact: it is reported, not skipped."""
-    complete = checkpoint.complete_generations(run_dir)
-    if wanted is not None:
-        if wanted not in complete:
+@dataclasses.dataclass(frozen=True)
+class _Damage:
+    """A generation folder that cannot be used: ``where`` is its local path or its location in the bucket."""
+
+    generation: int
+    where: str
+    problem: str
+    in_bucket: bool
+
+
+@dataclasses.dataclass
+class _Found:
+    """What ``_find_generation`` found: the generation to continue from (None: none), the damaged folders newer than
+    it (newest first), the folder the generation was downloaded into (None: it is here) and the bucket's state."""
+
+    generation: int | None = None
+    damaged: list[_Damage] = dataclasses.field(default_factory=list)
+    staged: Path | None = None
+    bucket_latest: int | None = None
+    bucket_complete: set[int] = dataclasses.field(default_factory=set)
+
+
+def _find_generation(run_dir: Path, storage: Storage | None, wanted: int | None) -> _Found:
+    """The generation to continue from: ``wanted``, or the newest of those ``LATEST`` names here and in the bucket,
+    else the next older one, until one verifies; each is looked for here first, then downloaded from the bucket.
+
+    Every generation folder newer than it that does not verify is damaged: a manifest its files no longer match, or
+    no manifest at all (the writer renames a folder into place only with its manifest inside, so it was damaged
+    after the fact or copied in part). An intact folder newer than ``LATEST`` (a crash before ``LATEST`` moved) is
+    no damage; it is written again. Nothing is changed: a download waits in a staging folder for ``_pass_over``.
+    """
+    found = _Found()
+    local = dict(checkpoint.generation_folders(run_dir))
+    if storage is not None:
+        found.bucket_latest = remote.latest_in_bucket(storage, run_dir.name)
+    if found.bucket_latest is not None:  # folders past the bucket's LATEST are uploads in progress, not candidates
+        found.bucket_complete = {
+            g
+            for g, names in remote.generation_folders(storage, run_dir.name).items()
+            if g <= found.bucket_latest and checkpoint.MANIFEST_NAME in names
+        }
+    pointers = [g for g in (checkpoint.latest_generation(run_dir), found.bucket_latest) if g is not None]
+    newest = max(pointers, default=-1)
+
+    def damaged_here(generation: int) -> bool:
+        problems = checkpoint.verify_generation(local[generation])
+        if problems:
+            found.damaged.append(_Damage(generation, str(local[generation]), problems[0], in_bucket=False))
+        return bool(problems)
+
+    for generation in sorted((g for g in local if g > newest and g != wanted), reverse=True):
+        damaged_here(generation)
+    candidates = {g for g in local if g <= newest or g == wanted} | found.bucket_complete
+    if found.bucket_latest is not None:
+        candidates.add(found.bucket_latest)
+    for generation in sorted(candidates, reverse=True):
+        if wanted is not None and generation != wanted:
+            if generation > wanted and generation in local:
+                damaged_here(generation)
+            continue
+        if generation in local and not damaged_here(generation):
+            found.generation = generation
+            return found
+        if generation in found.bucket_complete or generation == found.bucket_latest:
+            try:
+                found.staged = remote.download_generation(storage, run_dir.name, generation, run_dir)
+            except CheckpointError as error:
+                where = f"{storage.uri}/{run_dir.name}/{checkpoint.generation_dirname(generation)}"
+                found.damaged.append(_Damage(generation, where, str(error), in_bucket=True))
+                found.bucket_complete.discard(generation)
+            else:
+                found.generation = generation
+                return found
+    return found
+
+
+def _refuse_unless_continuable(
+    run_dir: Path, storage: Storage | None, found: _Found, wanted: int | None, fall_back: bool
+) -> None:
+    """A CheckpointError saying what to do when ``found`` names no generation, or passes over damaged folders that
+    neither ``--fall-back`` nor ``--resume-from`` allows it to set aside."""
+    damaged = found.damaged
+    if found.generation is None:
+        if wanted is not None:
+            if damaged and damaged[-1].generation == wanted:
+                earlier = checkpoint.newest_intact(run_dir, before=wanted)
+                raise CheckpointError(f"{damaged[-1].problem}; {_offer(earlier)}")
             raise CheckpointError(f"--resume-from {wanted}: {run_dir} has no complete generation {wanted}")
-        return wanted
-    latest = checkpoint.latest_generation(run_dir)
-    for generation, folder in checkpoint.generation_folders(run_dir):
-        if latest is not None and generation <= latest:
-            break
-        if generation not in complete and (folder / checkpoint.MANIFEST_NAME).exists():
-            return generation
-    if latest is None:
-        raise CheckpointError(f"nothing to resume: {run_dir} has no complete generation")
-    return latest
+        raise _nothing_intact(run_dir, damaged[0].problem, storage)
+    if damaged and wanted is None and not fall_back:
+        located = " (in the bucket)" if found.staged is not None else ""
+        raise CheckpointError(
+            f"{damaged[0].problem}; generation {found.generation} is intact{located}: add --fall-back to continue "
+            f"from it with the {len(damaged)} damaged folder(s) set aside (by hand: --resume --resume-from "
+            f"{found.generation})"
+        )
+
+
+def _pass_over(
+    run_dir: Path, storage: Storage | None, found: _Found, wanted: int | None, log: Callable[[str], None]
+) -> None:
+    """Set aside the damaged folders ``found`` passes over (here and in the bucket), put a generation downloaded from
+    the bucket in place, and point ``LATEST`` at the generation the run continues from (in the bucket: at the newest
+    it holds up to that one, when it named a newer one); one line says what was set aside."""
+    damaged = found.damaged
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    passed = [
+        f"{damage.where} as {checkpoint.set_aside(run_dir, damage.generation, stamp).name} "
+        f"({one_line(damage.problem, 160)})"
+        for damage in damaged
+        if not damage.in_bucket
+    ]
+    if found.staged is not None:
+        found.staged.rename(run_dir / checkpoint.generation_dirname(found.generation))
+    if _pointer(run_dir) != found.generation:
+        checkpoint.write_latest(run_dir, found.generation)
+    if found.bucket_latest is not None and found.bucket_latest > found.generation:
+        # The generations written again are uploaded under a LATEST that names none of them: the newest the bucket
+        # holds up to the one the run continues from (which resume_run uploads first when the bucket lacks it).
+        kept = [g for g in found.bucket_complete if g <= found.generation]
+        in_bucket = [damage for damage in damaged if damage.in_bucket]
+        moved = remote.set_aside_in_bucket(
+            storage,
+            run_dir.name,
+            [damage.generation for damage in in_bucket],
+            stamp,
+            latest=max(kept or [found.generation]),
+        )
+        passed += [
+            f"{damage.where} as {aside.rsplit('/', 1)[1]} ({one_line(damage.problem, 160)})"
+            for damage, aside in zip(in_bucket, moved)
+        ]
+    if passed:
+        flag = "--resume-from" if wanted is not None else "--fall-back"
+        source = " (downloaded from the bucket)" if found.staged is not None else ""
+        log(
+            f"{flag}: set aside damaged {'; '.join(passed)}; continuing from generation {found.generation}{source}, "
+            "the generations after it are written again"
+        )
+
+
+def _pointer(run_dir: Path) -> int | None:
+    """The generation the ``LATEST`` file names, complete or not (None: no file, or not a generation)."""
+    try:
+        return checkpoint.parse_dirname((run_dir / checkpoint.LATEST_NAME).read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _offer(earlier: int | None) -> str:
+    if earlier is None:
+        return "no earlier generation is intact"
+    return f"generation {earlier} is intact: continue from it with --resume --resume-from {earlier}"
+
+
+def _refuse_unusable_folders(run_dir: Path) -> None:
+    """A start never writes over a generation folder: in a run folder without a checkpoint, any it finds lost its
+    manifest (a partial copy, a wiped disk that kept some files)."""
+    folders = checkpoint.generation_folders(run_dir)
+    if folders:
+        _, oldest = folders[-1]  # the first a start would write over
+        raise _nothing_intact(run_dir, (checkpoint.verify_generation(oldest) or [f"{oldest} cannot be used"])[0])
+
+
+def _nothing_intact(run_dir: Path, problem: str, storage: Storage | None = None) -> CheckpointError:
+    if storage is not None:
+        return CheckpointError(
+            f"{problem}; no generation of the run is intact, here or in {storage.uri}/{run_dir.name}: restore them, "
+            "or move the run's gen-* folders out of both places to start it again from generation 0"
+        )
+    count = len(checkpoint.generation_folders(run_dir))
+    return CheckpointError(
+        f"{problem}; none of the {count} generation folders of {run_dir} is intact, and a start would write over "
+        f"them: restore them, or move them out of {run_dir} to start the run again from generation 0"
+    )
 
 
 @contextlib.contextmanager
 def _offering_earlier(run_dir: Path, generation: int) -> Iterator[None]:
-    """A CheckpointError raised inside gains the newest earlier generation whose files all verify."""
+    """A CheckpointError raised inside (a checkpoint whose files verify but do not load) gains the newest earlier
+    generation whose files all verify."""
     try:
         yield
     except CheckpointError as error:
-        earlier = checkpoint.newest_intact(run_dir, before=generation)
-        offer = "no earlier generation is intact" if earlier is None else f"generation {earlier} is intact"
-        offer += f": add --resume-from {earlier}" if earlier is not None else ""
-        raise CheckpointError(f"{error}; {offer}") from None
+        raise CheckpointError(f"{error}; {_offer(checkpoint.newest_intact(run_dir, before=generation))}") from None

@@ -728,6 +728,5 @@ class Trainer:
         if self.sharding.is_leader:
             # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before
             # the commit); the checkpoint's own history is the truth.
-            self.metrics_path.unlink(missing_ok=True)
-            for row in documents["history"]:
-                jsonl.append_row(self.metrics_path, row)
+            rows = b"".join(jsonl.encode_row(row) for row in documents["history"])
+            checkpoint.write_file_atomically(self.metrics_path, rows)  # never a half-rebuilt file

@@ -2,7 +2,7 @@
 
 Layout::
 
-    RUN_DIR/config.json                      written by the caller
+    RUN_DIR/config.json                      written by the caller, with ``write_file_atomically``
     RUN_DIR/metrics.jsonl                    see ``utils.jsonl``
     RUN_DIR/gen-000012/<name>.safetensors    one file per tensor group
     RUN_DIR/gen-000012/<name>.json           one file per JSON document
@@ -13,7 +13,8 @@ A generation folder exists only if its manifest is valid and every file it names
 size. Files are written and fsynced into a hidden temporary sibling (``.gen-000012.tmp-<pid>``) renamed into place,
 so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). A file whose
 bytes are those of the same file in the generation before is a hard link to it, not a second copy. Loading never
-unpickles, and checks every file's size and SHA-256 before its bytes reach a parser.
+unpickles, and checks every file's size and SHA-256 before its bytes reach a parser. A generation found damaged is
+never deleted by a resume: ``set_aside`` renames it ``gen-NNNNNN.damaged-STAMP``, a name nothing here reads or prunes.
 
 JSON documents hold JSON-native values only, with finite floats and ``str`` keys (``json`` would turn ``{1: x}``
 into ``{"1": x}``), so they round-trip exactly; what may be NaN or infinite (fitness, losses) belongs in a tensor.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -48,7 +50,9 @@ TENSORS_SUFFIX = ".safetensors"
 DOCUMENT_SUFFIX = ".json"
 
 _GEN_DIR_RE = re.compile(r"gen-(\d{6,})")
-_STALE_RE = re.compile(r"\.(?:gen-\d{6,}|LATEST)\.(?:tmp|old)-(\d+)")
+_STALE_RE = re.compile(
+    r"\.(?:gen-\d{6,}|LATEST|config\.json|metrics\.jsonl)\.(?:tmp|old|download)-(\d+)(?:-[0-9a-f]+)?"
+)
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _MAX_MANIFEST_BYTES = 16 * 1024 * 1024
@@ -295,14 +299,47 @@ def _linked(source: Path | None, target: Path) -> bool:
     return True
 
 
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any moment leaves the old file or the new one, never a part:
+    the bytes are written and fsynced under a temporary name beside it (``.NAME.tmp-PID``; for ``config.json``,
+    ``metrics.jsonl`` and ``LATEST``, ``is_leftover`` knows it and ``prune_generations`` removes it once its process
+    is gone), then renamed over it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _remove_tree(tmp)
+    try:
+        _write_durably(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
 def write_latest(run_dir: Path, generation: int) -> None:
     """Point ``RUN_DIR/LATEST`` at ``generation``, atomically and durably."""
+    write_file_atomically(Path(run_dir) / LATEST_NAME, (generation_dirname(generation) + "\n").encode())
+
+
+def is_leftover(name: str) -> bool:
+    """Whether ``name``, in a run folder, is a temporary a writer here uses (one a killed process may leave behind)."""
+    return _STALE_RE.fullmatch(name) is not None
+
+
+def set_aside(run_dir: Path, generation: int, stamp: str) -> Path:
+    """Rename the folder of a damaged ``generation`` to ``gen-NNNNNN.damaged-STAMP`` (``-2``, ``-3``... added if taken):
+    kept for inspection and out of the way of the generation written again under its number. No reader, resume or
+    retention here looks at that name again; deleting it is left to the user. Returns the new path."""
     run_dir = Path(run_dir)
-    latest_tmp = run_dir / f".{LATEST_NAME}.tmp-{os.getpid()}"
-    _remove_tree(latest_tmp)
-    _write_durably(latest_tmp, (generation_dirname(generation) + "\n").encode())
-    os.replace(latest_tmp, run_dir / LATEST_NAME)
+    folder = run_dir / generation_dirname(generation)
+    target = run_dir / f"{folder.name}.damaged-{stamp}"
+    for n in itertools.count(2):
+        if not (target.exists() or target.is_symlink()):
+            break
+        target = run_dir / f"{folder.name}.damaged-{stamp}-{n}"
+    folder.rename(target)  # a link is renamed itself, never followed
     _fsync_dir(run_dir)
+    return target
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -389,7 +426,7 @@ def read_manifest(gen_dir: Path) -> GenerationFiles:
             raise CheckpointError(f"{path} is implausibly large ({st.st_size} bytes)")
         data = path.read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME}: the generation was not completely written") from None
+        raise CheckpointError(f"{gen_dir} has no {MANIFEST_NAME} (lost since, or never completely written)") from None
     except OSError as err:
         raise CheckpointError(f"cannot read checkpoint manifest {path}: {err}") from None
     manifest = parse_manifest(data, path, expected_generation=parse_dirname(gen_dir.name))

@@ -42,14 +42,19 @@ def committed_length(f, end: int) -> int:
     return 0
 
 
+def encode_row(row: dict) -> bytes:
+    """One row as the JSON line ``append_row`` writes (non-finite floats as ``null``)."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a metrics row must be a dict, got {type(row).__name__}")
+    return (json.dumps(finite_or_null(row), allow_nan=False, separators=(",", ":")) + "\n").encode()
+
+
 def append_row(path: Path, row: dict) -> None:
     """Append one row as a JSON line, flushed and fsynced; a trailing partial line from a crash is cut off first.
 
     Non-finite floats become ``null``. Raises ``TypeError`` for values ``json`` cannot encode.
     """
-    if not isinstance(row, dict):
-        raise TypeError(f"a metrics row must be a dict, got {type(row).__name__}")
-    line = (json.dumps(finite_or_null(row), allow_nan=False, separators=(",", ":")) + "\n").encode()
+    line = encode_row(row)
     with open(path, "a+b") as f:
         end = f.seek(0, os.SEEK_END)
         if end > 0:

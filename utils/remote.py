@@ -2,7 +2,8 @@
 
 The bucket holds the same layout as a local run folder (``RUN/config.json``, ``RUN/gen-NNNNNN/...``,
 ``RUN/LATEST``); the uploader moves ``LATEST`` only after a generation's files and manifest are in
-place, so ``LATEST`` always names a complete generation.
+place, so ``LATEST`` always names a complete generation. Only a resume that passes over damaged generations
+moves it back (``set_aside_in_bucket``), before anything is uploaded again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 from utils import checkpoint
 from utils.errors import CheckpointError
 from utils.gcs import open_storage
-from utils.storage import Storage, parse_uri
+from utils.storage import PreconditionFailed, Storage, parse_uri
+
+CONFIG_NAME = "config.json"
 
 
 def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
@@ -60,38 +63,94 @@ def _download_generation(
     return [name for name in files if skip is not None and skip(name)]
 
 
-def pull_latest(storage: Storage, run_key: str, local_run_dir: Path, *, generation: int | None = None) -> int | None:
-    """Make ``local_run_dir`` hold the bucket's newest complete generation of ``run_key`` (or ``generation``),
-    unless the local copy already has it or a newer one; returns the generation now there (None: neither side has
-    one). Files are downloaded beside the run folder and verified before the generation appears locally."""
+def pull_config(storage: Storage, run_key: str, local_run_dir: Path) -> None:
+    """Download the run's ``config.json`` into ``local_run_dir`` unless it is there already (atomically: a reader
+    sees no file or the whole file)."""
     local_run_dir = Path(local_run_dir)
-    remote = generation if generation is not None else latest_in_bucket(storage, run_key)
-    local = checkpoint.latest_generation(local_run_dir)
-    if remote is None or (local is not None and local >= remote):
-        return local
+    if (local_run_dir / CONFIG_NAME).exists():
+        return
     local_run_dir.mkdir(parents=True, exist_ok=True)
-    dirname = checkpoint.generation_dirname(remote)
+    with contextlib.suppress(FileNotFoundError):  # a run whose first generation never reached the bucket
+        storage.download_file(f"{run_key}/{CONFIG_NAME}", local_run_dir / CONFIG_NAME)
+
+
+def generation_folders(storage: Storage, run_key: str) -> dict[int, set[str]]:
+    """Each canonical ``gen-NNNNNN`` folder of the run in the bucket, with the names of the files in it."""
+    folders: dict[int, set[str]] = {}
+    for key in storage.list(run_key):
+        dirname, _, name = key[len(run_key) + 1 :].partition("/")
+        generation = checkpoint.parse_dirname(dirname)
+        if generation is not None and name:
+            folders.setdefault(generation, set()).add(name)
+    return folders
+
+
+def download_generation(storage: Storage, run_key: str, generation: int, local_run_dir: Path) -> Path:
+    """Download one generation into a hidden staging folder beside the run's local folders and verify every hash;
+    returns the staging folder, for the caller to rename into place. CheckpointError (nothing left behind) when the
+    generation is incomplete in the bucket or does not verify."""
+    dirname = checkpoint.generation_dirname(generation)
     prefix = f"{run_key}/{dirname}"
-    staging = local_run_dir / f".{dirname}.download-{os.getpid()}"
+    staging = Path(local_run_dir) / f".{dirname}.download-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging.mkdir(parents=True)
     try:
-        if not (local_run_dir / "config.json").exists():
-            storage.download_file(f"{run_key}/config.json", local_run_dir / "config.json")
         _download_generation(storage, prefix, staging)
         problems = checkpoint.verify_generation(staging)
         if problems:
             raise CheckpointError(f"{storage.uri}/{prefix} does not verify after download: {problems[0]}")
-        final = local_run_dir / dirname
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
     except FileNotFoundError as error:
-        raise CheckpointError(f"{storage.uri}/{prefix} is incomplete in the bucket: {error}") from None
-    finally:
         shutil.rmtree(staging, ignore_errors=True)
-    checkpoint.write_latest(local_run_dir, remote)
-    return remote
+        raise CheckpointError(f"{storage.uri}/{prefix} is incomplete in the bucket: {error}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def set_aside_in_bucket(
+    storage: Storage, run_key: str, damaged: list[int], stamp: str, *, latest: int | None
+) -> list[str]:
+    """Set the ``damaged`` generations of the bucket aside as ``gen-NNNNNN.damaged-STAMP`` and point ``LATEST`` at
+    ``latest`` (when given); returns the new folders' locations.
+
+    A bucket cannot rename: each folder is copied (inside the bucket), then ``LATEST`` is moved, then the originals
+    are deleted, the manifest first. A crash part way leaves either ``LATEST`` on the damaged generation (the next
+    start sets it aside again) or on ``latest`` with what remains of the originals beyond it, which the uploads of
+    the generations written again replace. Retention never reads the new names, so they stay until deleted by hand.
+    """
+    folders = generation_folders(storage, run_key) if damaged else {}
+    moved = []
+    for generation in damaged:
+        dirname = checkpoint.generation_dirname(generation)
+        aside = f"{run_key}/{dirname}.damaged-{stamp}"
+        for name in sorted(folders.get(generation, ())):
+            storage.copy(f"{run_key}/{dirname}/{name}", f"{aside}/{name}")
+        moved.append(f"{storage.uri}/{aside}")
+    if latest is not None:
+        move_latest_back(storage, run_key, latest)
+    for generation in damaged:
+        dirname = checkpoint.generation_dirname(generation)
+        for name in sorted(folders.get(generation, ()), key=lambda n: n != checkpoint.MANIFEST_NAME):
+            storage.delete(f"{run_key}/{dirname}/{name}")
+    return moved
+
+
+def move_latest_back(storage: Storage, run_key: str, generation: int) -> None:
+    """Point the bucket's ``LATEST`` at an older ``generation`` (the uploader only ever moves it forward): a
+    compare-and-swap, so a pointer another process moved meanwhile is left alone and reported."""
+    key = f"{run_key}/{checkpoint.LATEST_NAME}"
+    info = storage.stat(key)
+    try:
+        storage.write_bytes(
+            key,
+            f"{checkpoint.generation_dirname(generation)}\n".encode(),
+            if_generation_match=0 if info is None else info.generation,
+        )
+    except PreconditionFailed:
+        raise CheckpointError(
+            f"{storage.uri}/{key} changed while this start moved it back: is another process running this run?"
+        ) from None
 
 
 def fetch_generation(

@@ -138,10 +138,13 @@ def test_the_config_comes_from_the_checkpoint_so_an_extension_survives_the_next_
 def test_taking_the_offer_continues_from_the_intact_generation(run, capsys):
     path = run / "gen-000003" / "replay-000.safetensors"
     path.write_bytes(b"\0" * path.stat().st_size)
+    damaged = snapshot(run / "gen-000003")
     code, err = resume(run, capsys, "--resume-from", "2", "--generations", "4")
     assert code == 0, err
     assert checkpoint.latest_generation(run) == 4
-    assert checkpoint.verify_generation(run / "gen-000003") == []  # rewritten, not left damaged
+    assert checkpoint.verify_generation(run / "gen-000003") == []  # written again, not left damaged
+    [aside] = run.glob("gen-000003.damaged-*")  # and the damaged folder kept, not written over
+    assert snapshot(aside) == damaged
     assert [json.loads(line)["generation"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
         1,
         2,
@@ -150,12 +153,38 @@ def test_taking_the_offer_continues_from_the_intact_generation(run, capsys):
     ]
 
 
-def test_a_missing_manifest_is_a_crash_leftover_and_is_ignored(run, capsys):
+def test_a_generation_folder_without_its_manifest_is_refused_not_written_over(run, capsys):
+    """The writer renames a folder into place only with its manifest inside: one without it lost it since."""
     (run / "gen-000003" / "manifest.json").unlink()
     (run / "LATEST").write_text("gen-000003\n")
+    before = snapshot(run)
     code, err = resume(run, capsys, "--generations", "3")
-    assert code == 0, err
-    assert checkpoint.latest_generation(run) == 3
+    assert_refused(code, err, "gen-000003", "manifest.json", "--fall-back", "--resume-from 2")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        ["--run-name", "r"],  # a fresh start of the same name
+        ["--resume-or-start", "--run-name", "r"],
+        ["--resume-or-start", "--run-name", "r", "--fall-back"],
+        ["--resume"],
+        ["--resume", "--run-name", "r", "--fall-back"],
+    ],
+)
+def test_generation_folders_whose_manifests_are_gone_are_never_written_over(run, capsys, how):
+    """A partial copy, or a wiped disk that kept some files: no start begins again from generation 0 over them."""
+    for gen_dir in run.glob("gen-*"):
+        (gen_dir / "manifest.json").unlink()
+    before = snapshot(run)
+    capsys.readouterr()
+    code = main.main(["--preset", "smoke", "--checkpoint-uri", str(run.parent), "--no-progress", *how])
+    err = capsys.readouterr().err.strip()
+    assert_refused(
+        code, err, "manifest.json", "none of the 3 generation folders", "start the run again from generation 0"
+    )
+    assert snapshot(run) == before
 
 
 def test_resume_from_a_generation_that_does_not_exist(run, capsys):

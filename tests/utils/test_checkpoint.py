@@ -459,9 +459,12 @@ def test_prune_removes_stale_temporary_folders_only(tmp_path):
         folder.mkdir()
         (folder / "manifest.json").write_text("{}")
     (tmp_path / f".LATEST.tmp-{dead}").write_text("gen-000002\n")
+    (tmp_path / f".config.json.tmp-{dead}").write_text('{"data": {"pa')  # a start killed writing config.json
+    (tmp_path / "gen-000003.damaged-20250101T000000Z").mkdir()  # set aside by a resume: kept
 
     assert prune_generations(tmp_path, keep_last=1) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["LATEST", "gen-000001", live.name])
+    kept = ["LATEST", "gen-000001", live.name, "gen-000003.damaged-20250101T000000Z"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
 _CRASH_CHILD = """
@@ -566,3 +569,35 @@ def test_a_damaged_earlier_file_is_written_anew_not_linked(tmp_path):
     checkpoint.write_generation(tmp_path, 2, tensors={"kept": still}, documents={})
     assert (tmp_path / "gen-000002" / "kept.safetensors").stat().st_ino != damaged.stat().st_ino
     assert checkpoint.verify_generation(tmp_path / "gen-000002") == []
+
+
+def test_a_file_written_atomically_is_the_old_one_or_the_new_one(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    checkpoint.write_file_atomically(path, b"old\n")
+    with monkeypatch.context() as patch:  # the process dies after writing the temporary, before the rename
+        patch.setattr(checkpoint.os, "replace", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.write_file_atomically(path, b"new, longer\n")
+    assert path.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    checkpoint.write_file_atomically(path, b"new\n")
+    assert path.read_bytes() == b"new\n" and [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert checkpoint.is_leftover(f".config.json.tmp-{os.getpid()}") and not checkpoint.is_leftover("config.json")
+
+
+def test_a_generation_set_aside_is_kept_and_no_longer_read(tmp_path):
+    for generation in (1, 2, 3):
+        _write(tmp_path, generation, seed=generation)
+    written = {p.name: p.read_bytes() for p in (tmp_path / "gen-000003").iterdir()}
+    aside = checkpoint.set_aside(tmp_path, 3, "20250101T000000Z")
+    assert aside.name == "gen-000003.damaged-20250101T000000Z"
+    assert {p.name: p.read_bytes() for p in aside.iterdir()} == written
+    assert [g for g, _ in generation_folders(tmp_path)] == [2, 1] and latest_generation(tmp_path) == 2
+    _write(tmp_path, 3, seed=9)  # the generation written again under its number
+    assert checkpoint.set_aside(tmp_path, 3, "20250101T000000Z").name == "gen-000003.damaged-20250101T000000Z-2"
+    assert prune_generations(tmp_path, keep_last=0) == [1]
+    assert sorted(p.name for p in tmp_path.glob("gen-*")) == [
+        "gen-000002",
+        "gen-000003.damaged-20250101T000000Z",
+        "gen-000003.damaged-20250101T000000Z-2",
+    ]
