@@ -165,9 +165,11 @@ def describe_champion(source: dict[str, Any]) -> str:
 
 
 def _remote_export(uri: str, scratch: Path) -> Path | None:
-    """Download an exported actor at ``uri`` into ``scratch``; None if ``uri`` holds no ``actor.json``."""
+    """Download an exported actor at ``uri`` into ``scratch``; None if ``uri`` holds no ``actor.json``. The bucket is
+    checked first (``check_read_access``), so an unreachable one is reported promptly, naming ``uri``."""
     storage = open_storage(uri)
     try:
+        storage.check_read_access()
         if storage.stat("actor.json") is None:
             return None
         scratch.mkdir(parents=True, exist_ok=True)

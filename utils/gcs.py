@@ -2,11 +2,15 @@
 google-cloud-storage.
 
 Retrying is the library's: every call, conditional writes included, is given its ``DEFAULT_RETRY`` policy (408,
-429, 5xx, dropped connections, timeouts; exponential backoff) with a per-operation ``deadline``. What still fails
-becomes a one-line ``StorageError`` that says how to fix it; ``check_access`` runs the same checks up front, within
-``preflight_deadline``, before hours of training are at stake. Uploads carry a checksum that the library and the
-service verify, so nothing is read back. What the library cannot know: a retried conditional write may meet its own
-first attempt, which landed but whose answer was lost; ``write_bytes`` tells that 412 apart by the object's MD5.
+429, 5xx, dropped connections, timeouts; exponential backoff) with a per-operation ``deadline``, but for one case: a
+connection refused before the endpoint has ever answered this storage is not retried. Nothing listens at that
+address (a wrong ``STORAGE_EMULATOR_HOST``, a proxy that is down), and waiting a minute would not change that; a
+refusal after an answer is a restarting server, ridden out like any outage. What still fails becomes a one-line
+``StorageError`` that says how to fix it; ``check_access`` runs the same checks up front, within
+``preflight_deadline``, before hours of training are at stake, and ``check_read_access`` only its first, a listing,
+for the offline readers. Uploads carry a checksum that the library and the service verify, so nothing is read back.
+What the library cannot know: a retried conditional write may meet its own first attempt, which landed but whose
+answer was lost; ``write_bytes`` tells that 412 apart by the object's MD5.
 
 With ``STORAGE_EMULATOR_HOST`` set (a fake-gcs-server), the client uses that endpoint with anonymous credentials;
 otherwise application default credentials. The google libraries are imported on first use.
@@ -52,11 +56,28 @@ def open_storage(uri: str, *, deadline: float = DEFAULT_DEADLINE) -> GCSStorage:
     return GCSStorage(bucket, prefix, deadline=deadline)
 
 
-def _retry(deadline: float):
-    """The library's retry policy, giving up after ``deadline`` seconds; random pauses, at most 0.25 s at first."""
-    from google.cloud.storage.retry import DEFAULT_RETRY
+def _refused(error: BaseException) -> bool:
+    """Whether ``error`` comes from a refused TCP connection, however deeply the HTTP libraries wrapped it."""
+    seen: set[int] = set()
+    pending: list[object] = [error]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        if isinstance(item, ConnectionRefusedError):
+            return True
+        seen.add(id(item))
+        # requests keeps urllib3's error in args, urllib3 the socket's in ``reason`` and the exception chain.
+        pending.extend([item.__cause__, item.__context__, getattr(item, "reason", None), *item.args])
+    return False
 
-    return DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=0.25, maximum=MAX_DELAY)
+
+def _endpoint() -> str:
+    return os.environ.get(EMULATOR_ENV) or "https://storage.googleapis.com"
+
+
+def _hint() -> str:
+    return f"check the network and {EMULATOR_ENV}" if os.environ.get(EMULATOR_ENV) else "check the network"
 
 
 class _ProgressFile(io.BufferedReader):
@@ -95,6 +116,7 @@ class GCSStorage(Storage):
         self._client = None
         self._bucket = None
         self._client_lock = threading.Lock()
+        self._answered = False  # whether the endpoint has answered a request (then a refusal is a restart)
 
     # -- plumbing
 
@@ -120,6 +142,17 @@ class GCSStorage(Storage):
             client.project = None
         return client
 
+    def _retry(self, deadline: float):
+        """The library's retry policy, giving up after ``deadline`` seconds (random pauses, at most 0.25 s at first),
+        that does not retry a refused connection until the endpoint has answered (see the module docstring)."""
+        from google.cloud.storage.retry import DEFAULT_RETRY, _should_retry  # the predicate DEFAULT_RETRY uses
+
+        def should_retry(error: Exception) -> bool:
+            return _should_retry(error) and (self._answered or not _refused(error))
+
+        policy = DEFAULT_RETRY.with_predicate(should_retry).with_timeout(deadline)
+        return policy.with_delay(initial=0.25, maximum=MAX_DELAY)
+
     def _name(self, key: str) -> str:
         return self._root + check_key(key)
 
@@ -128,7 +161,7 @@ class GCSStorage(Storage):
 
     def _names(self, folder: str | None, *, deadline: float, timeout: tuple[float, float], **kwargs) -> list[str]:
         bucket = self._get_bucket()
-        blobs = bucket.client.list_blobs(bucket, prefix=folder, retry=_retry(deadline), timeout=timeout, **kwargs)
+        blobs = bucket.client.list_blobs(bucket, prefix=folder, retry=self._retry(deadline), timeout=timeout, **kwargs)
         return [blob.name for blob in blobs]
 
     @contextlib.contextmanager
@@ -136,12 +169,17 @@ class GCSStorage(Storage):
         self, action: str, *, missing: Exception | None = None, deadline: float | None = None
     ) -> Iterator[None]:
         """Turn the client's errors into ``missing`` (on 404; by default, the bucket is missing), PreconditionFailed
-        or a one-line StorageError that says how to fix the problem."""
+        or a one-line StorageError that says how to fix the problem; note whether the endpoint answered."""
         from google.api_core import exceptions as api
         from google.auth import exceptions as auth
 
         try:
-            yield
+            try:
+                yield
+            except api.GoogleAPICallError:  # an HTTP answer, if not the one hoped for
+                self._answered = True
+                raise
+            self._answered = True
         except api.PreconditionFailed as err:
             raise PreconditionFailed(f"{action} {self.uri}: {one_line(err.message)}") from None
         except api.NotFound:
@@ -170,12 +208,17 @@ class GCSStorage(Storage):
             ) from None
         except api.RetryError as err:  # the deadline passed on transient failures
             cause = type(err.cause or err).__name__
-            endpoint = os.environ.get(EMULATOR_ENV)
-            hint = f"check the network and {EMULATOR_ENV}" if endpoint else "check the network"
             raise StorageError(
-                f"cannot reach Google Cloud Storage at {endpoint or 'https://storage.googleapis.com'} while {action} "
-                f"{self.uri}: still failing after {self.deadline if deadline is None else deadline:.0f} s of retries "
-                f"({cause}); {hint}",
+                f"cannot reach Google Cloud Storage at {_endpoint()} while {action} {self.uri}: still failing after "
+                f"{self.deadline if deadline is None else deadline:.0f} s of retries ({cause}); {_hint()}",
+                transient=True,
+            ) from err
+        except Exception as err:
+            if not _refused(err):
+                raise
+            raise StorageError(
+                f"cannot reach Google Cloud Storage at {_endpoint()} while {action} {self.uri}: connection refused "
+                f"(nothing listens there); {_hint()}",
                 transient=True,
             ) from err
 
@@ -183,7 +226,7 @@ class GCSStorage(Storage):
 
     def read_bytes(self, key: str) -> bytes:
         with self._errors(f"reading {key} in", missing=FileNotFoundError(f"no object {key!r} in {self.uri}")):
-            return self._blob(key).download_as_bytes(retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+            return self._blob(key).download_as_bytes(retry=self._retry(self.deadline), timeout=REQUEST_TIMEOUT)
 
     def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
         """See ``Storage.write_bytes``. Meant for small objects (up to 8 MiB: one request); larger data goes up as a
@@ -195,7 +238,7 @@ class GCSStorage(Storage):
                     content_type=_CONTENT_TYPE,
                     if_generation_match=if_generation_match,
                     checksum=CHECKSUM,
-                    retry=_retry(self.deadline),
+                    retry=self._retry(self.deadline),
                     timeout=REQUEST_TIMEOUT,
                 )
         except PreconditionFailed:
@@ -206,7 +249,9 @@ class GCSStorage(Storage):
 
     def stat(self, key: str) -> ObjectInfo | None:
         with self._errors(f"reading metadata of {key} in"):
-            blob = self._get_bucket().get_blob(self._name(key), retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+            blob = self._get_bucket().get_blob(
+                self._name(key), retry=self._retry(self.deadline), timeout=REQUEST_TIMEOUT
+            )
         if blob is None:
             return None
         md5 = base64.b64decode(blob.md5_hash).hex() if blob.md5_hash else None
@@ -222,14 +267,14 @@ class GCSStorage(Storage):
                 size=os.fstat(f.fileno()).st_size,
                 content_type=_CONTENT_TYPE,
                 checksum=CHECKSUM,
-                retry=_retry(self.deadline),
+                retry=self._retry(self.deadline),
                 timeout=REQUEST_TIMEOUT,
             )
 
     def copy(self, source: str, key: str) -> None:
         with self._errors(f"copying {source} to {key} in", missing=FileNotFoundError(f"no object {source!r}")):
             bucket = self._get_bucket()
-            bucket.copy_blob(self._blob(source), bucket, self._name(key), retry=_retry(self.deadline))
+            bucket.copy_blob(self._blob(source), bucket, self._name(key), retry=self._retry(self.deadline))
 
     def download_file(self, key: str, path: Path) -> None:
         dest = Path(path)
@@ -237,7 +282,7 @@ class GCSStorage(Storage):
         missing = FileNotFoundError(f"no object {key!r} in {self.uri}")
         try:
             with self._errors(f"downloading {key} from", missing=missing), open(tmp, "xb") as f:
-                self._blob(key).download_to_file(f, retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+                self._blob(key).download_to_file(f, retry=self._retry(self.deadline), timeout=REQUEST_TIMEOUT)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, dest)
@@ -253,10 +298,17 @@ class GCSStorage(Storage):
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError), self._errors(f"deleting {key} in", missing=FileNotFoundError()):
-            self._blob(key).delete(retry=_retry(self.deadline), timeout=REQUEST_TIMEOUT)
+            self._blob(key).delete(retry=self._retry(self.deadline), timeout=REQUEST_TIMEOUT)
+
+    def check_read_access(self) -> None:
+        """List one object under the root, within ``preflight_deadline`` seconds (at most 5 s to connect and 15 s to
+        answer), writing nothing: the bucket answers and these credentials may read it."""
+        deadline = self.preflight_deadline
+        with self._errors("listing", deadline=deadline):  # one object: the cheapest request that needs the bucket
+            self._names(self._root or None, deadline=deadline, timeout=PREFLIGHT_TIMEOUT, max_results=1)
 
     def check_access(self) -> None:
-        """List one object, then write, read back and delete a probe object under the root, within
+        """``check_read_access``, then write, read back and delete a probe object under the root, within
         ``preflight_deadline`` seconds (each request at most 5 s to connect and 15 s to answer)."""
         deadline = self.preflight_deadline
         started = time.monotonic()
@@ -264,14 +316,13 @@ class GCSStorage(Storage):
         def left() -> float:
             return max(0.5, deadline - (time.monotonic() - started))
 
-        with self._errors("listing", deadline=deadline):  # one object: the cheapest request that needs the bucket
-            self._names(self._root or None, deadline=left(), timeout=PREFLIGHT_TIMEOUT, max_results=1)
+        self.check_read_access()
         probe = self._blob(f".access-check-{secrets.token_hex(6)}")
         with self._errors("writing to", deadline=deadline):
-            probe.upload_from_string(b"ok", if_generation_match=0, retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+            probe.upload_from_string(b"ok", if_generation_match=0, retry=self._retry(left()), timeout=PREFLIGHT_TIMEOUT)
         try:
             with self._errors("reading from", deadline=deadline):
-                probe.download_as_bytes(retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+                probe.download_as_bytes(retry=self._retry(left()), timeout=PREFLIGHT_TIMEOUT)
         except BaseException:
             with contextlib.suppress(Exception):  # best effort; the read's error is the one to report
                 probe.delete(retry=None, timeout=PREFLIGHT_TIMEOUT)
@@ -279,7 +330,7 @@ class GCSStorage(Storage):
         # Deleting is checked too: retention in the bucket needs it.
         deleting = self._errors("deleting in", missing=FileNotFoundError(), deadline=deadline)
         with contextlib.suppress(FileNotFoundError), deleting:
-            probe.delete(retry=_retry(left()), timeout=PREFLIGHT_TIMEOUT)
+            probe.delete(retry=self._retry(left()), timeout=PREFLIGHT_TIMEOUT)
 
     def close(self) -> None:
         with self._client_lock:

@@ -153,6 +153,17 @@ def move_latest_back(storage: Storage, run_key: str, generation: int) -> None:
         ) from None
 
 
+def check_readable(uri: str) -> None:
+    """The first request of a reader of the gs:// location ``uri``: list one object under it (``check_read_access``),
+    writing nothing. A one-line StorageError naming ``uri`` comes at once for a refused connection, within the
+    preflight deadline (15 s) for other failures to reach the bucket, and for a missing bucket or no permission."""
+    storage = open_storage(uri)
+    try:
+        storage.check_read_access()
+    finally:
+        storage.close()
+
+
 def fetch_generation(
     uri: str, scratch: Path, *, skip: Callable[[str], bool] | None = None
 ) -> tuple[Path, tuple[str, ...]]:
@@ -167,8 +178,8 @@ def fetch_generation(
     if not parts:
         raise CheckpointError(f"{uri}: expected gs://BUCKET/.../RUN or gs://BUCKET/.../RUN/gen-NNNNNN")
     run_key = parts[-1]
+    check_readable(uri)
     storage = open_storage("gs://" + "/".join([bucket, *parts[:-1]]))
-    storage.check_access()
     if generation is None:
         generation = latest_in_bucket(storage, run_key)
         if generation is None:

@@ -244,6 +244,28 @@ def test_gcs_unreachable_host_fails_in_bounded_time(monkeypatch: pytest.MonkeyPa
     assert info.value.transient and "\n" not in str(info.value)
 
 
+def test_gcs_a_refused_connection_is_not_retried_before_the_endpoint_has_answered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # With the default 60 s deadline; once the endpoint has answered, a refusal is a restart, retried (see above).
+    monkeypatch.setenv(EMULATOR_ENV, f"http://127.0.0.1:{free_port()}")  # nobody listens there
+    store = open_storage("gs://some-bucket/runs")
+    for action, attempt in {
+        "listing gs://some-bucket/runs": store.check_read_access,
+        "reading metadata of a in": lambda: store.stat("a"),
+        "reading a in": lambda: store.read_bytes("a"),
+        "writing a in": lambda: store.write_bytes("a", b"1"),
+        "downloading a from": lambda: store.download_file("a", tmp_path / "a"),
+        "listing / in": store.list,
+    }.items():
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="connection refused") as info:
+            attempt()
+        assert time.monotonic() - started < 5.0, action
+        assert f"while {action}" in str(info.value) and info.value.transient and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_gcs_overloaded_service_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     with StubServer(503, {"error": {"code": 503, "message": "Backend Error"}}) as stub:
         monkeypatch.setenv(EMULATOR_ENV, stub.url)
