@@ -18,9 +18,12 @@ process and run folder:
   for its whole write.
 
 Before every checkpoint, both ways, a generation's worth of change is made: every population tensor moves, and
-P x E x episode_days new transitions are written into the ring where the next ones would go. The staged path holds
-the ring in segments (``models.replay.SEGMENTS``), and a segment no new transition reached is a hard link to the
-previous generation's file: the report gives the bytes each way actually writes.
+the transitions a generation stores (P x exploring episodes x episode_days: 129,024 at the paper shape) are written
+into the ring where the next ones would go. The staged path holds the ring in segments (``models.replay.SEGMENTS``),
+and a segment no transition reached since the generation that retention deletes as this one is committed (3 back
+with ``checkpoint.keep_last`` 3) is a hard link to that generation's file (``utils.checkpoint``): the report gives
+the bytes each checkpoint actually writes. The first three staged checkpoints have no segment files to link to (the
+generation leaving is a synchronous one), the later ones show the steady state.
 
 The first staged checkpoint allocates the staging buffers (their pages are touched for the first time): it is
 part of the figures.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -76,7 +80,7 @@ def advance(trainer: Trainer, generator: torch.Generator) -> None:
     for tensor in trainer.population.agent_tensors().values():
         tensor.add_(1e-3)
     buffer, config = trainer.buffer, trainer.config
-    count = min(config.evolution.popsize * config.evaluation.episodes * config.env.episode_days, buffer.capacity)
+    count = min(config.evolution.popsize * trainer.stored_episodes * config.env.episode_days, buffer.capacity)
     rows = (torch.arange(count) + buffer.pos) % buffer.capacity
     for tensor in buffer.storage.values():
         if tensor.dtype.is_floating_point:
@@ -84,16 +88,25 @@ def advance(trainer: Trainer, generator: torch.Generator) -> None:
     buffer.pos = (buffer.pos + count) % buffer.capacity
 
 
-def bytes_written(run_dir: Path) -> list[int]:
-    """For each generation folder of ``run_dir``, oldest first, the bytes of its files written for it: the others
-    are links to files of a generation before (the oldest folder counts whole)."""
-    seen: set[int] = set()
-    written = []
-    for _, folder in reversed(checkpoint.generation_folders(run_dir)):
-        files = [entry.stat() for entry in folder.iterdir()]
-        written.append(sum(st.st_size for st in files if st.st_ino not in seen))
-        seen.update(st.st_ino for st in files)
-    return written
+class WrittenBytes:
+    """Called after each committed checkpoint: the bytes of the files written for that generation, in ``each``.
+
+    The others are links to a file seen in an earlier generation, which retention may have deleted since (the link
+    goes to the generation it deletes next), so every file seen is remembered by its inode and modification time (an
+    inode freed by a deletion is used again)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.each: list[int] = []
+        self._seen: set[tuple[int, int, int]] = set()
+
+    def __call__(self, generation: int, protect: object = None) -> None:
+        def key(st: os.stat_result) -> tuple[int, int, int]:
+            return st.st_dev, st.st_ino, st.st_mtime_ns
+
+        files = [entry.stat() for entry in (self.run_dir / checkpoint.generation_dirname(generation)).iterdir()]
+        self.each.append(sum(st.st_size for st in files if key(st) not in self._seen))
+        self._seen.update(key(st) for st in files)
 
 
 def row_of(trainer: Trainer) -> dict[str, Any]:
@@ -127,7 +140,8 @@ def summary(seconds: list[float]) -> dict[str, Any]:
 def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, Any]:
     market = load_market(config, torch.device("cpu"))
     with tempfile.TemporaryDirectory(prefix="checkpoint-blocking-") as scratch:
-        trainer = Trainer(config, market, Path(scratch), log=lambda line: None)
+        written = WrittenBytes(Path(scratch))
+        trainer = Trainer(config, market, Path(scratch), log=lambda line: None, on_checkpoint=written)
         generator = torch.Generator().manual_seed(0)
         fill_ring(trainer, generator)
 
@@ -138,9 +152,9 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             start = time.perf_counter()
             synchronous_checkpoint(trainer, row_of(trainer))
             synchronous.append(time.perf_counter() - start)
+            written(trainer.generation)
         folder = trainer.run_dir / checkpoint.generation_dirname(trainer.generation)
-        written = sum(entry.stat().st_size for entry in folder.iterdir())
-        synchronous_written = bytes_written(trainer.run_dir)[1:]  # the generations kept, each after the one before
+        checkpoint_bytes = sum(entry.stat().st_size for entry in folder.iterdir())
 
         staged = []
         for index in range(checkpoints):
@@ -154,7 +168,6 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
         start = time.perf_counter()
         trainer.wait_for_checkpoint()
         final_wait = time.perf_counter() - start
-        staged_written = bytes_written(trainer.run_dir)[1:]
         rows = jsonl.read_rows(trainer.metrics_path)[checkpoints:]
     return {
         "shape": {
@@ -167,9 +180,10 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             "buffer_size": config.ddpg.buffer_size,
             "keep_last": config.checkpoint.keep_last,
         },
-        "checkpoint_bytes": written,
-        "synchronous_written_bytes": synchronous_written,
-        "staged_written_bytes": staged_written,
+        "checkpoint_bytes": checkpoint_bytes,
+        "stored_per_generation": config.evolution.popsize * trainer.stored_episodes * config.env.episode_days,
+        "synchronous_written_bytes": written.each[:checkpoints],
+        "staged_written_bytes": written.each[checkpoints:],
         "population_bytes": sum(t.numel() * t.element_size() for t in trainer.population.state_tensors().values()),
         "replay_bytes": trainer.buffer.nbytes,
         "staging_bytes": trainer._staging.nbytes,
@@ -199,7 +213,8 @@ def report(r: dict[str, Any]) -> str:
             f"{format_bytes(r['staging_bytes'])}, allocated once",
             f"time between staged checkpoints (stands for training): {r['train_s']:.1f} s",
             "",
-            "bytes written by each of the last checkpoints kept (the rest are links to the generation before's files):",
+            f"bytes written by each checkpoint ({r['stored_per_generation']:,} transitions a generation; the rest "
+            "are links to the files of the generation retention deletes next):",
             "  synchronous, the ring in one file: "
             + ", ".join(format_bytes(b) for b in r["synchronous_written_bytes"]),
             "  staged, the ring in segments:      " + ", ".join(format_bytes(b) for b in r["staged_written_bytes"]),

@@ -105,6 +105,7 @@ def test_the_checkpoint_blocking_report_has_the_promised_shape(capsys):
         assert len(report[path]["each_s"]) == 2 and report[path]["max_s"] >= report[path]["median_s"] > 0
     assert report["staging_bytes"] == report["population_bytes"] + report["replay_bytes"]
     assert report["checkpoint_bytes"] > report["staging_bytes"]
+    assert len(report["synchronous_written_bytes"]) == len(report["staged_written_bytes"]) == 2
     assert report["median_ratio"] == pytest.approx(report["synchronous"]["median_s"] / report["staged"]["median_s"])
 
 

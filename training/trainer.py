@@ -655,14 +655,21 @@ class Trainer:
             return
         # Everything the writer reads is fixed here: the loop changes the trainer's fields while it writes.
         generation, protect, row = self.generation, {self.champion_generation}, dict(latest_row)
+        keep_last = self.config.checkpoint.keep_last
 
         def write() -> None:
             started = time.perf_counter()
             history = [*jsonl.read_rows(self.metrics_path), jsonl.finite_or_null(row)]
+            # Given the retention, unchanged files are linked only to a generation it deletes right after.
             checkpoint.write_generation(
-                self.run_dir, generation, tensors=tensors, documents={"state": state, "history": history}
+                self.run_dir,
+                generation,
+                tensors=tensors,
+                documents={"state": state, "history": history},
+                keep_last=keep_last,
+                protect=protect,
             )
-            checkpoint.prune_generations(self.run_dir, keep_last=self.config.checkpoint.keep_last, protect=protect)
+            checkpoint.prune_generations(self.run_dir, keep_last=keep_last, protect=protect)
             # The row reaches metrics.jsonl only once its generation is committed.
             jsonl.append_row(self.metrics_path, {**row, "checkpoint_write_s": time.perf_counter() - started})
             if self.on_checkpoint is not None:

@@ -11,9 +11,10 @@ Layout::
 
 A generation folder exists only if its manifest is valid and every file it names is present with the recorded
 size. Files are written and fsynced into a hidden temporary sibling (``.gen-000012.tmp-<pid>``) renamed into place,
-so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). A file whose
-bytes are those of the same file in the generation before is a hard link to it, not a second copy. Loading never
-unpickles, and checks every file's size and SHA-256 before its bytes reach a parser. A generation found damaged is
+so a crash leaves the previous state or the new one (and a stale folder ``prune_generations`` removes). Given the
+retention about to be applied, a file whose bytes are those of the same file in a generation that retention then
+deletes is a hard link to it, not a second copy (``_files_to_link``): kept generations never share a file. Loading
+never unpickles, and checks every file's size and SHA-256 before its bytes reach a parser. A generation found damaged is
 never deleted by a resume: ``set_aside`` renames it ``gen-NNNNNN.damaged-STAMP``, a name nothing here reads or prunes.
 
 JSON documents hold JSON-native values only, with finite floats and ``str`` keys (``json`` would turn ``{1: x}``
@@ -203,6 +204,8 @@ def write_generation(
     *,
     tensors: dict[str, dict[str, torch.Tensor]],
     documents: dict[str, Any],
+    keep_last: int | None = None,
+    protect: Iterable[int] = (),
 ) -> Path:
     """Write one generation folder atomically (see the module docstring) and point ``LATEST`` at it.
 
@@ -210,6 +213,9 @@ def write_generation(
         tensors: Group name → flat dict of tensors (``{"actor": {"encoder.0.weight": t, ...}}``), each group one
             ``<name>.safetensors``; every dtype safetensors knows, generator states included, round-trips exactly.
         documents: Document name → JSON-native value, each one ``<name>.json``.
+        keep_last, protect: The retention ``prune_generations`` applies once this generation is committed. Given,
+            a file unchanged since the newest generation it then deletes is a hard link to that file instead of a
+            second copy (``_files_to_link``); None: every file is written.
 
     Raises:
         ValueError: A bad name, a value that is not a tensor, or a document that JSON cannot hold exactly; raised
@@ -234,7 +240,7 @@ def write_generation(
     }
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    unchanged = _unchanged_files(run_dir, generation, manifest["files"])
+    unchanged = {} if keep_last is None else _files_to_link(run_dir, generation, manifest["files"], keep_last, protect)
     pid = os.getpid()
     final_dir = run_dir / dirname
     tmp_dir = run_dir / f".{dirname}.tmp-{pid}"
@@ -265,16 +271,33 @@ def write_generation(
     return final_dir
 
 
-def _unchanged_files(run_dir: Path, generation: int, files: dict[str, dict]) -> dict[str, Path]:
-    """Files of the newest complete generation before ``generation`` whose name, size and SHA-256 are those about to
-    be written (the replay ring's segments that no transition reached since, say): each can be a hard link to it
-    instead of a second copy. Files are never changed once written, so the two names stay the same bytes, and each
-    folder stays whole on its own: deleting the older one leaves the newer one's link. Each is hashed again first,
-    so a file damaged on disk since it was written is written anew, never passed on."""
-    previous = latest_generation(run_dir)
-    if previous is None or previous >= generation:
+def _files_to_link(
+    run_dir: Path, generation: int, files: dict[str, dict], keep_last: int, protect: Iterable[int]
+) -> dict[str, Path]:
+    """Files about to be written whose bytes an earlier file already holds, each to be a hard link to that file.
+
+    One damaged file must cost one generation: a folder kept to fall back on must not go down with the newest one,
+    and a hard link is one file under two names, so flipped bytes (bit rot, an edit in place) damage every folder
+    that holds it. So the only source is the newest generation that retention deletes as soon as this one is
+    committed (``generations_to_delete`` with this one as ``LATEST``: ``keep_last`` generations back, never a
+    ``protect``ed one): the file changes hands, and no two kept generations, the champion's included, share one
+    (but for the moment before that deletion, or until the next one if the process dies in between). A source file
+    also held elsewhere (``st_nlink`` above 1: a run written when consecutive generations shared files, a folder set
+    aside) is written anew, and so is one damaged since it was written (each is hashed again).
+
+    This keeps the guarantee whole at the price of linking only what ``keep_last`` generations left unchanged: at
+    the paper shape, about 9 of the replay ring's 16 segments instead of 13 (``BENCHMARKS.md``, Checkpoints).
+    Linking to the generation two before keeps more, but a file damaged in the oldest kept folder then takes the
+    newest down too; a full copy every k generations leaves the ones between sharing; a reflink (``FICLONE``)
+    shares disk blocks, so bit rot still hits both copies, and ext4 has none.
+    """
+    complete = [g for g in complete_generations(run_dir) if g < generation]
+    leaving = generations_to_delete(
+        complete, [*complete, generation], keep_last=keep_last, protect=protect, latest=generation
+    )
+    if not leaving:
         return {}
-    gen_dir = run_dir / generation_dirname(previous)
+    gen_dir = run_dir / generation_dirname(leaving[-1])
     try:
         written = read_manifest(gen_dir).manifest["files"]
     except CheckpointError:
@@ -283,7 +306,9 @@ def _unchanged_files(run_dir: Path, generation: int, files: dict[str, dict]) -> 
     for name, entry in files.items():
         if written.get(name) == entry:
             with contextlib.suppress(OSError):
-                if file_digests(gen_dir / name, "sha256") == (entry["size"], [entry["sha256"]]):
+                st = os.lstat(gen_dir / name)
+                alone = stat.S_ISREG(st.st_mode) and st.st_nlink == 1  # a link would be linked, not what it names
+                if alone and file_digests(gen_dir / name, "sha256") == (entry["size"], [entry["sha256"]]):
                     unchanged[name] = gen_dir / name
     return unchanged
 

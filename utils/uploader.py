@@ -382,7 +382,7 @@ class CheckpointUploader:
                 unchanged += 1
                 self._count(files_skipped=1)
             elif earlier := self._same_file_uploaded_before(job.generation, name, entry["size"], md5):
-                self.storage.copy(earlier, key)  # a file linked to the generation before's: copied, not sent
+                self.storage.copy(earlier, key)  # the generation before's bytes: copied, a separate object
                 self._count(files_copied=1)
             else:
                 base = done
@@ -402,7 +402,10 @@ class CheckpointUploader:
         return sent, unchanged
 
     def _same_file_uploaded_before(self, generation: int, name: str, size: int, md5: str) -> str | None:
-        """The key of the same file, byte for byte, in the generation this uploader last completed, if any."""
+        """The key of the same file, byte for byte, in the generation this uploader last completed, if any.
+
+        Copying it is safe where a local hard link is not: the service's copy is an object of its own, and objects
+        are never changed in place (a write makes a new one), so damage to either never reaches the other."""
         if self._last_uploaded is None or self._last_uploaded >= generation:
             return None
         key = f"{self.run_key}/{generation_dirname(self._last_uploaded)}/{name}"

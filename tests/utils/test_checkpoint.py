@@ -546,27 +546,82 @@ def test_writing_a_generation_leaves_no_reference_cycles(tmp_path):
         gc.garbage.clear()
 
 
-def test_a_file_unchanged_since_the_generation_before_is_a_link_to_it(tmp_path):
+def _commit(run_dir: Path, generation: int, tensors: dict, *, keep_last: int = 3, protect=()) -> Path:
+    """A generation written and retention applied, as the trainer does."""
+    path = write_generation(run_dir, generation, tensors=tensors, documents={}, keep_last=keep_last, protect=protect)
+    prune_generations(run_dir, keep_last=keep_last, protect=protect)
+    return path
+
+
+def _inode(gen_dir: Path, name: str = "kept.safetensors") -> int:
+    return (gen_dir / name).stat().st_ino
+
+
+def test_an_unchanged_file_is_linked_only_to_the_generation_retention_deletes_next(tmp_path):
     still = {"ring": torch.arange(1000.0)}
-    checkpoint.write_generation(tmp_path, 1, tensors={"kept": still, "moved": {"w": torch.zeros(3)}}, documents={})
-    checkpoint.write_generation(tmp_path, 2, tensors={"kept": still, "moved": {"w": torch.ones(3)}}, documents={})
-    first, second = tmp_path / "gen-000001", tmp_path / "gen-000002"
-    assert (second / "kept.safetensors").stat().st_ino == (first / "kept.safetensors").stat().st_ino
-    assert (second / "moved.safetensors").stat().st_ino != (first / "moved.safetensors").stat().st_ino
-    # Each folder is whole on its own: the older one can go.
-    checkpoint.prune_generations(tmp_path, keep_last=1)
-    assert not first.exists() and checkpoint.verify_generation(second) == []
-    assert torch.equal(checkpoint.read_tensors(checkpoint.open_generation(second), "kept")["ring"], still["ring"])
+    folders = [_commit(tmp_path, g, {"kept": still, "moved": {"w": torch.full((3,), float(g))}}) for g in (1, 2, 3)]
+    assert len({_inode(folder) for folder in folders}) == 3  # every kept generation holds its own copy
+    first = _inode(folders[0])
+    fourth = write_generation(
+        tmp_path, 4, tensors={"kept": still, "moved": {"w": torch.zeros(3)}}, documents={}, keep_last=3
+    )
+    assert _inode(fourth) == first  # generation 1 leaves as 4 comes: its file changes hands, not written again
+    assert _inode(fourth, "moved.safetensors") != _inode(folders[0], "moved.safetensors")
+    assert prune_generations(tmp_path, keep_last=3) == [1]
+    kept = [tmp_path / generation_dirname(g) for g in complete_generations(tmp_path)]
+    assert len({_inode(folder) for folder in kept}) == 3 and (fourth / "kept.safetensors").stat().st_nlink == 1
+    assert torch.equal(read_tensors(open_generation(fourth), "kept")["ring"], still["ring"])
+
+
+def test_one_flipped_file_costs_one_generation(tmp_path):
+    still = {"ring": torch.arange(1000.0)}
+    for generation in range(1, 7):
+        _commit(tmp_path, generation, {"kept": still})
+    newest = tmp_path / "gen-000006" / "kept.safetensors"
+    data = bytearray(newest.read_bytes())
+    data[-1] ^= 0xFF
+    newest.write_bytes(bytes(data))  # in place: every name of the file sees it
+    assert complete_generations(tmp_path) == [4, 5, 6]
+    assert [bool(verify_generation(tmp_path / generation_dirname(g))) for g in (4, 5, 6)] == [False, False, True]
+    assert newest_intact(tmp_path) == 5
+
+
+def test_the_champions_generation_shares_no_file(tmp_path):
+    still = {"ring": torch.arange(1000.0)}
+    for generation in (1, 2, 3):
+        _commit(tmp_path, generation, {"kept": still}, protect={1})
+    fourth = _commit(tmp_path, 4, {"kept": still}, protect={1})  # 1 stays: the champion's
+    assert complete_generations(tmp_path) == [1, 2, 3, 4]
+    assert len({_inode(tmp_path / generation_dirname(g)) for g in (1, 2, 3, 4)}) == 4
+    assert checkpoint.verify_generation(fourth) == []
+
+
+def test_without_retention_every_file_is_written(tmp_path):
+    still = {"ring": torch.arange(1000.0)}
+    for generation in (1, 2, 3, 4):
+        write_generation(tmp_path, generation, tensors={"kept": still}, documents={})
+    assert len({_inode(tmp_path / generation_dirname(g)) for g in (1, 2, 3, 4)}) == 4
+
+
+def test_a_source_file_held_by_another_folder_too_is_written_anew(tmp_path):
+    """A run written when each generation linked the one before: its files are shared, and are never shared more."""
+    still = {"ring": torch.arange(1000.0)}
+    for generation in (1, 2, 3):
+        write_generation(tmp_path, generation, tensors={"kept": still}, documents={})
+    os.unlink(tmp_path / "gen-000002" / "kept.safetensors")
+    os.link(tmp_path / "gen-000001" / "kept.safetensors", tmp_path / "gen-000002" / "kept.safetensors")
+    fourth = write_generation(tmp_path, 4, tensors={"kept": still}, documents={}, keep_last=3)
+    assert _inode(fourth) not in {_inode(tmp_path / generation_dirname(g)) for g in (1, 2, 3)}
 
 
 def test_a_damaged_earlier_file_is_written_anew_not_linked(tmp_path):
     still = {"ring": torch.arange(1000.0)}
-    checkpoint.write_generation(tmp_path, 1, tensors={"kept": still}, documents={})
+    write_generation(tmp_path, 1, tensors={"kept": still}, documents={})
     damaged = tmp_path / "gen-000001" / "kept.safetensors"
     data = bytearray(damaged.read_bytes())
     data[-1] ^= 0xFF
     damaged.write_bytes(bytes(data))  # same size: only the hash tells
-    checkpoint.write_generation(tmp_path, 2, tensors={"kept": still}, documents={})
+    write_generation(tmp_path, 2, tensors={"kept": still}, documents={}, keep_last=1)
     assert (tmp_path / "gen-000002" / "kept.safetensors").stat().st_ino != damaged.stat().st_ino
     assert checkpoint.verify_generation(tmp_path / "gen-000002") == []
 

@@ -300,7 +300,7 @@ def test_a_file_the_generation_before_already_sent_is_copied_in_the_bucket_not_s
     ring = {"days": torch.arange(50_000, dtype=torch.int32)}  # like a replay segment no transition reached
     logs: list[str] = []
     with uploader(storage, run_dir, logs) as up:
-        for generation in (1, 2):
+        for generation in (1, 2, 3):
             g = torch.Generator().manual_seed(generation)
             write_generation(
                 run_dir,
@@ -313,7 +313,16 @@ def test_a_file_the_generation_before_already_sent_is_copied_in_the_bucket_not_s
                 f.write(json.dumps({"generation": generation}) + "\n")
             up.submit(generation)
             summary = up.flush(progress=False)
-    assert summary.files_copied == 1 and summary.files_uploaded == 2 * 3 - 1
-    assert (run_dir / "gen-000002" / "replay-000.safetensors").stat().st_nlink == 2  # a link locally too
-    assert_bucket_holds(storage, run_dir, 2)
-    assert "1 copied in the bucket" in str(summary)
+    assert summary.files_copied == 2 and summary.files_uploaded == 3 * 3 - 2
+    assert_bucket_holds(storage, run_dir, 3)
+    assert "2 copied in the bucket" in str(summary)
+
+    # A copy is an object of its own: damage to the newest generation's takes no earlier generation with it.
+    key = f"{RUN}/gen-000003/replay-000.safetensors"
+    data = bytearray(storage.read_bytes(key))
+    data[len(data) // 2] ^= 0xFF
+    storage.write_bytes(key, bytes(data))
+    local = (run_dir / "gen-000003" / "replay-000.safetensors").read_bytes()
+    assert storage.read_bytes(key) != local
+    for generation in (1, 2):
+        assert storage.read_bytes(f"{RUN}/gen-{generation:06d}/replay-000.safetensors") == local
