@@ -97,8 +97,8 @@ class DDPGConfig:
     """Discount of the TD target and of the critic's term in the model objective (0: the next day only; RESULTS.md)."""
     tau: float = 0.005
     """Polyak coefficient: target <- target + tau * (online - target) after every update."""
-    actor_lr: float = 3e-4
-    """Adam learning rate of the actors."""
+    actor_lr: float = 1e-4
+    """Adam learning rate of the actors (1e-4: larger steps fit the training years and decay on validation)."""
     critic_lr: float = 1e-3
     """Adam learning rate of the critics."""
     batch_size: int = 128
