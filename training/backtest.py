@@ -42,9 +42,8 @@ import numpy as np
 import torch
 
 from config import Config, override
-from environment.market import Market
 from training.evaluation import INDEX, evaluate
-from training.fitness import split_training_days
+from training.fitness import training_windows
 from training.overfitting import diagnose
 from training.runs import load_market, load_table, resolve_device, resume_run, start_run
 from training.trainer import Trainer, market_fingerprint
@@ -142,7 +141,7 @@ def plan_folds(
         )
         try:
             market = load_market(fold_config, torch.device("cpu"))
-            _check_training_days(fold_config, market)
+            training_windows(fold_config, market)  # the fold's trainer checks this too: refused before the plan
         except InputError as error:
             raise ConfigError(f"test year {year}: {error}") from None
         fingerprint = market_fingerprint(market)
@@ -157,22 +156,6 @@ def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:
     for value in values:
         if list(values).count(value) > 1:
             raise ConfigError(f"{flag} names {what} {value} twice; give each once")
-
-
-def _check_training_days(config: Config, market: Market) -> None:
-    """The check the fold's trainer makes of its training range (``training.fitness``), made before the plan."""
-    evaluation = config.evaluation
-    if not evaluation.splits_fitness_days:
-        return
-    try:
-        split_training_days(
-            market.splits.train,
-            lookback=config.env.lookback,
-            episode_days=config.env.episode_days,
-            every=evaluation.fitness_block_every,
-        )
-    except ValueError as error:
-        raise ConfigError(f"evaluation.fitness_block_every: {error}") from None
 
 
 def _plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from config import FitnessName
+from config import Config, FitnessName
+from environment.market import Market
 from environment.vector_env import episode_starts
+from utils.errors import ConfigError
 
 
 def episode_returns(rewards_per_episode: torch.Tensor) -> torch.Tensor:
@@ -64,3 +66,22 @@ def split_training_days(
             f"{len(train)} training days are too few to set aside every {every}th block of {episode_days} days"
         )
     return learning_starts, torch.tensor(fitness_starts)
+
+
+def training_windows(config: Config, market: Market) -> tuple[torch.Tensor, torch.Tensor]:
+    """``split_training_days`` for a run's config and market: the fitness blocks when the config asks for them and
+    has noise-free and exploring episodes to give them to, else every start day for both.
+
+    Raises:
+        ConfigError: the training range is too short for ``evaluation.fitness_block_every``.
+    """
+    evaluation = config.evaluation
+    try:
+        return split_training_days(
+            market.splits.train,
+            lookback=config.env.lookback,
+            episode_days=config.env.episode_days,
+            every=evaluation.fitness_block_every if evaluation.splits_fitness_days else 0,
+        )
+    except ValueError as error:
+        raise ConfigError(f"evaluation.fitness_block_every: {error}") from None

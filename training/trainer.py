@@ -38,7 +38,7 @@ from models.population import Population
 from models.replay import ReplayBuffer, holds_the_ring
 from training.checkpointing import CheckpointWriter, StagingBuffers
 from training.evolution import EvolutionPlan, evolve_, plan_generation
-from training.fitness import episode_returns, fitness, split_training_days
+from training.fitness import episode_returns, fitness, training_windows
 from training.overfitting import BLOCKS, block_means
 from training.rollout import SharedSteps, collect, validate
 from training.selection import (
@@ -51,7 +51,7 @@ from training.selection import (
 )
 from training.sharding import Sharding
 from utils import checkpoint, jsonl
-from utils.errors import CheckpointError, ConfigError
+from utils.errors import CheckpointError
 from utils.telemetry import (
     MEMORY_KEYS,
     GrowthWatch,
@@ -256,15 +256,7 @@ class Trainer:
         )
         # Learning windows fill the ring; fitness windows trade days the ring never holds (training.fitness).
         self.stored_episodes = evaluation.exploring_episodes if evaluation.splits_fitness_days else evaluation.episodes
-        try:
-            self.learning_starts, self.fitness_starts = split_training_days(
-                market.splits.train,
-                lookback=env_cfg.lookback,
-                episode_days=env_cfg.episode_days,
-                every=evaluation.fitness_block_every if evaluation.splits_fitness_days else 0,
-            )
-        except ValueError as error:
-            raise ConfigError(f"evaluation.fitness_block_every: {error}") from None
+        self.learning_starts, self.fitness_starts = training_windows(config, market)
         # Validation: the whole range as one episode from cash, for agents, champion and equal weight.
         validation = market.splits.validation
         self.validation_starts = torch.tensor([validation.start - 1], device=self.device)
@@ -699,9 +691,10 @@ class Trainer:
                 )
             suffix = checkpoint.TENSORS_SUFFIX
             ring = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if holds_the_ring(n)]
+            groups = ["population", "rng", *ring]
             # A checkpoint of an earlier version has no gate state: its gate starts with no resample crossed.
-            gate_group = [name for name in ("selection",) if name + suffix in generation_files.manifest["files"]]
-            groups = ("population", "rng", *ring, *(gate_group if self.gate is not None else []))
+            if self.gate is not None and "selection" + suffix in generation_files.manifest["files"]:
+                groups.append("selection")
             tensors = {name: checkpoint.read_tensors(generation_files, name) for name in groups}
             return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
 
@@ -711,12 +704,12 @@ class Trainer:
         if state.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
             raise CheckpointError("the market data differs from the data this run was trained on")
         replay = {name: group for name, group in tensors.items() if holds_the_ring(name)}
-        gate_state = "selection" in tensors and self.gate is not None
+        gated = "selection" in tensors  # read only when this run has a gate
         loaders = {
             "population": lambda: self.population.load_state_tensors(tensors["population"]),
             "replay": lambda: self.buffer.load_checkpoint_groups(replay),
             "rng": lambda: self._load_generator_states(tensors["rng"]),
-            **({"selection": lambda: self.gate.load_state_tensors(tensors["selection"])} if gate_state else {}),
+            **({"selection": lambda: self.gate.load_state_tensors(tensors["selection"])} if gated else {}),
         }
         where = generation_files.path if generation_files is not None else Path("the checkpoint")
         for name, load in loaders.items():
