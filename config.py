@@ -172,7 +172,7 @@ class EvolutionConfig:
 
 
 @dataclass(frozen=True)
-class EvaluationConfig:
+class RolloutConfig:
     episodes: int = 16
     """Episode windows every agent runs in lockstep each generation (E)."""
     exploring_episodes: int = 8
@@ -181,14 +181,14 @@ class EvaluationConfig:
     """Every this-many-th block of episode_days training days gives the fitness, never the ring; 0: no such blocks."""
 
     def __post_init__(self) -> None:
-        _require(self.episodes >= 1, "evaluation.episodes", "must be >= 1")
+        _require(self.episodes >= 1, "rollout.episodes", "must be >= 1")
         _require(
             0 <= self.exploring_episodes <= self.episodes,
-            "evaluation.exploring_episodes",
+            "rollout.exploring_episodes",
             "must be in [0, episodes]",
         )
-        _require(self.fitness_block_every >= 0, "evaluation.fitness_block_every", "must be >= 0")
-        _require(self.fitness_block_every != 1, "evaluation.fitness_block_every", "must be 0 or >= 2 (1 leaves none)")
+        _require(self.fitness_block_every >= 0, "rollout.fitness_block_every", "must be >= 0")
+        _require(self.fitness_block_every != 1, "rollout.fitness_block_every", "must be 0 or >= 2 (1 leaves none)")
 
     @property
     def splits_fitness_days(self) -> bool:
@@ -262,6 +262,10 @@ class RuntimeConfig:
         _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
 
 
+RENAMED_SECTIONS = {"evaluation": "rollout"}
+"""Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads."""
+
+
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -274,8 +278,8 @@ class Config:
     """Gradient training of every agent."""
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     """Genetic algorithm over the population."""
-    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    """Rollouts that fill the buffer and measure fitness."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """The training rollouts of each generation: they fill the replay ring and measure fitness."""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     """How the champion is chosen on the validation range."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -301,6 +305,9 @@ class Config:
         """Rebuild a config from ``to_dict`` output (a checkpoint's config.json), checking every key."""
         if not isinstance(values, dict):
             raise ConfigError("config must be a JSON object")
+        for old, new in RENAMED_SECTIONS.items():  # a checkpoint written before the rename
+            if old in values and new not in values:
+                values = {(new if name == old else name): section for name, section in values.items()}
         sections = {}
         for section in dataclasses.fields(cls):
             raw = values.get(section.name, {})
@@ -339,8 +346,8 @@ def _smoke() -> Config:
             "evolution.popsize": 4,
             "evolution.elites": 1,
             "evolution.tournament_size": 2,
-            "evaluation.episodes": 4,
-            "evaluation.exploring_episodes": 2,
+            "rollout.episodes": 4,
+            "rollout.exploring_episodes": 2,
             "runtime.generations": 3,
         },
     )
@@ -367,8 +374,8 @@ def _paper() -> Config:
             "ddpg.learning_starts": 20_000,
             "evolution.popsize": 32,
             "evolution.elites": 4,
-            "evaluation.episodes": 64,
-            "evaluation.exploring_episodes": 32,
+            "rollout.episodes": 64,
+            "rollout.exploring_episodes": 32,
             "runtime.generations": 200,
         },
     )

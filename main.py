@@ -127,9 +127,9 @@ def train(argv: list[str]) -> int:
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
+    from training.loop import RunStopped
     from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
     from training.sharding import Ranks
-    from training.trainer import RunStopped
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
     from utils.tensorboard import MISSING_MESSAGE, TensorBoardLog, tensorboard_available
@@ -209,19 +209,19 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in SINGLE_PROCESS_COMMANDS and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise InputError(f"{argv[0]} runs in one process: start it with python, not torchrun")
         if argv and argv[0] == "inspect":
-            from training import inspection
+            from offline import inspection
 
             return inspection.main(argv[1:])
         if argv and argv[0] == "evaluate":
-            from training import report
+            from offline import evaluate
 
-            return report.main(argv[1:])
+            return evaluate.main(argv[1:])
         if argv and argv[0] == "export":
-            from training import export
+            from offline import export
 
             return export.main(argv[1:])
         if argv and argv[0] == "backtest":
-            from training import backtest
+            from offline import backtest
 
             return backtest.main(argv[1:])
         return train(argv)

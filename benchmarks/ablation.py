@@ -55,7 +55,7 @@ MARKETS = (("reversal", {"strength": 0.02}), ("random_walk", {}))
 def variant(name: str) -> Iterator[dict[str, str]]:
     """Patches the trainer for ``name`` while the run trains; yields its config overrides."""
     import models.networks as networks
-    import training.trainer as trainer
+    import training.loop as trainer
 
     saved = (networks.HEAD_INIT_SCALE, networks.CASH_LOGIT, trainer.selection_z)
     try:

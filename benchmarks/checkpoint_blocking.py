@@ -11,7 +11,7 @@ process and run folder:
 
 * synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, the ring in one
   file, retention and the metrics row, everything the loop used to block for;
-* staged: ``Trainer.save_checkpoint``, the loop's own path: the wait for the write before (if any), the copy into the
+* staged: ``LoopCheckpoints.save``, the loop's own path: the wait for the write before (if any), the copy into the
   staging buffers, the start of the writer thread. Between two staged checkpoints the benchmark sleeps
   ``--train-s`` seconds in place of a generation's training (a paper generation on this CPU takes many minutes, on a
   GPU the write then overlaps it); with ``--train-s 0`` each checkpoint comes right after the one before and waits
@@ -21,7 +21,7 @@ Before every checkpoint, both ways, a generation's worth of change is made: ever
 the transitions a generation stores (P x exploring episodes x episode_days: 129,024 at the paper shape) are written
 into the ring where the next ones would go. The staged path holds the ring in segments (``models.replay.SEGMENTS``),
 and a segment no transition reached since the generation that retention deletes as this one is committed (3 back
-with ``checkpoint.keep_last`` 3) is a hard link to that generation's file (``utils.checkpoint``): the report gives
+with ``checkpoint.keep_last`` 3) is a hard link to that generation's file (``persistence.checkpoint``): the report gives
 the bytes each checkpoint actually writes. The first three staged checkpoints have no segment files to link to (the
 generation leaving is a synchronous one), the later ones show the steady state.
 
@@ -46,9 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from config import Config, override, parse_assignments, preset
+from persistence import checkpoint, jsonl
+from training.loop import Trainer
 from training.runs import load_market
-from training.trainer import HOST_STREAMS, Trainer
-from utils import checkpoint, jsonl
+from training.streams import HOST_STREAMS
 from utils.telemetry import format_bytes
 
 
@@ -126,7 +127,7 @@ def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
         trainer.run_dir,
         trainer.generation,
         tensors=tensors,
-        documents={"state": trainer.state_document(), "history": history},
+        documents={"state": trainer.checkpoints.state_document(), "history": history},
     )
     keep_last = trainer.config.checkpoint.keep_last
     checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion_generation})
@@ -163,10 +164,10 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             advance(trainer, generator)
             trainer.generation += 1
             start = time.perf_counter()
-            trainer.save_checkpoint(row_of(trainer))
+            trainer.checkpoints.save(row_of(trainer))
             staged.append(time.perf_counter() - start)
         start = time.perf_counter()
-        trainer.wait_for_checkpoint()
+        trainer.checkpoints.wait()
         final_wait = time.perf_counter() - start
         rows = jsonl.read_rows(trainer.metrics_path)[checkpoints:]
     return {
@@ -186,7 +187,7 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
         "staged_written_bytes": written.each[checkpoints:],
         "population_bytes": sum(t.numel() * t.element_size() for t in trainer.population.state_tensors().values()),
         "replay_bytes": trainer.buffer.nbytes,
-        "staging_bytes": trainer._staging.nbytes,
+        "staging_bytes": trainer.checkpoints.staging.nbytes,
         "train_s": train_s,
         "synchronous": summary(synchronous),
         "staged": summary(staged),

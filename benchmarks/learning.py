@@ -37,10 +37,10 @@ from config import Config, override, parse_assignments, preset
 from environment.features import WARMUP_DAYS
 from environment.kernel import cash_weights, portfolio_step
 from environment.synthetic import KINDS, make_market
-from training.backtest import train_to_end
-from training.evaluation import evaluate
+from offline.backtest import train_to_end
+from offline.holdout import evaluate
+from persistence.jsonl import read_rows
 from training.selection import edge_bounds, t_statistics
-from utils.jsonl import read_rows
 
 
 def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: float) -> np.ndarray:
@@ -64,8 +64,8 @@ SMALL = {
     "model.embedding": 8,
     "model.head_hidden": 16,
     "evolution.popsize": 8,
-    "evaluation.episodes": 8,
-    "evaluation.exploring_episodes": 4,
+    "rollout.episodes": 8,
+    "rollout.exploring_episodes": 4,
     "ddpg.batch_size": 64,
     "ddpg.updates_per_generation": 16,
     "ddpg.buffer_size": 20_000,

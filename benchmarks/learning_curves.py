@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from utils.jsonl import read_rows
+from persistence.jsonl import read_rows
 
 
 def curves(run: Path) -> list[dict[str, float]]:

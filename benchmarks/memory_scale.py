@@ -27,7 +27,7 @@ import torch
 
 from config import Config, override, preset
 from environment.market import Market, Splits
-from training.trainer import Trainer
+from training.loop import Trainer
 from utils.telemetry import format_bytes, least_squares_slope, rss_bytes
 
 ASSETS = 108
@@ -88,8 +88,8 @@ def scale_config(generations: int, updates: int) -> Config:
             "ddpg.buffer_size": BUFFER,
             "ddpg.learning_starts": 1_000,
             "evolution.popsize": POPSIZE,
-            "evaluation.episodes": EPISODES,
-            "evaluation.exploring_episodes": EPISODES // 2,
+            "rollout.episodes": EPISODES,
+            "rollout.exploring_episodes": EPISODES // 2,
             "runtime.device": "cpu",
             "runtime.generations": generations,
             "runtime.progress": False,

@@ -34,8 +34,8 @@ import torch
 from config import override, parse_assignments, preset
 from environment.observation import WindowGatherer
 from models.replay import ReplayBuffer
+from persistence import jsonl
 from training.runs import start_run
-from utils import jsonl
 from utils.telemetry import (
     MEMORY_KEYS,
     count_objects,
@@ -180,7 +180,7 @@ def report(result: dict[str, Any]) -> str:
     s = result["summary"]
     cfg = s["config"]
     lines = [
-        f"device {s['device']} | P={cfg['evolution']['popsize']} E={cfg['evaluation']['episodes']} "
+        f"device {s['device']} | P={cfg['evolution']['popsize']} E={cfg['rollout']['episodes']} "
         f"L={cfg['env']['lookback']} episode_days={cfg['env']['episode_days']} | replay ring "
         f"{s['replay_capacity']} transitions, {format_bytes(s['replay_bytes'])} "
         f"({s['replay_bytes_per_transition']} B each)",

@@ -29,17 +29,12 @@ def split_population(population: Population, *, generator: torch.Generator) -> l
     """One single-agent population per agent, holding that agent's actor and critic parameters."""
     template = population.actor.encoder.mlp.layers[0].weight
     window_size = template.shape[1]
-    model = {
-        "encoder_hidden": template.shape[2],
-        "embedding": population.actor.encoder.mlp.layers[1].weight.shape[2],
-        "head_hidden": population.actor.asset_head.layers[0].weight.shape[2],
-    }
     agents = []
     for index in range(population.popsize):
         agent = Population(
             1,
             window_size,
-            **model,
+            population.actor.model,
             actor_lr=population.actor_optim.lr,
             critic_lr=population.critic_optim.lr,
             exploration=(float(population.exploration_stdev[index]),) * 2,

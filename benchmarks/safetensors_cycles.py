@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from utils.checkpoint import _tensor_group_chunks
+from persistence.checkpoint import encode_tensor_group
 
 CALLS = 100
 
@@ -36,11 +36,11 @@ def main() -> None:
     }
     path = Path(tempfile.mkdtemp()) / "group.safetensors"
     writers = {
-        "utils.checkpoint._tensor_group_chunks": lambda: _tensor_group_chunks("group", group),
+        "persistence.checkpoint.encode_tensor_group": lambda: encode_tensor_group("group", group),
         "safetensors.torch.save": lambda: safetensors.torch.save(group),
         "safetensors.torch.save_file": lambda: safetensors.torch.save_file(group, path),
     }
-    ours, theirs = b"".join(_tensor_group_chunks("group", group)), safetensors.torch.save(group)
+    ours, theirs = b"".join(encode_tensor_group("group", group)), safetensors.torch.save(group)
     print(f"{len(group)} tensors; byte-identical files: {ours == theirs} ({len(ours)} and {len(theirs)} bytes)")
     print(f"{'writer':40s} {'new objects':>12s} {'unreachable':>12s} {'per call':>9s} {'time':>9s}")
     for name, write in writers.items():

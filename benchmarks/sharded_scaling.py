@@ -80,8 +80,8 @@ def moved_per_donor(preset_name: str) -> dict[str, int]:
 
     from config import override, preset
     from training.evolution import inherited_keys
+    from training.loop import Trainer
     from training.runs import load_market
-    from training.trainer import Trainer
 
     config = override(preset(preset_name), {"runtime.device": "cpu", "ddpg.buffer_size": 1})  # no ring needed
     with tempfile.TemporaryDirectory() as scratch:

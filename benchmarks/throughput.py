@@ -38,10 +38,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.per_agent import TransitionStore, run_episodes, single_sample_view, split_population, update_agents
 from config import Config, override, parse_assignments, preset
+from persistence import jsonl
+from training.loop import Trainer
 from training.rollout import validate
 from training.runs import load_market, resolve_device
-from training.trainer import Trainer
-from utils import jsonl
 from utils.telemetry import least_squares_slope
 
 WARMUP_GENERATIONS = 5
@@ -104,18 +104,18 @@ def build_trainer(config: Config, device: torch.device, run_dir: Path, market=No
 
 def fill_buffer(trainer: Trainer) -> None:
     """Enough real transitions to sample from: one evaluation phase."""
-    trainer.collect_episodes(trainer._sample_train_starts())
+    trainer.collect_episodes(trainer.sample_train_starts())
 
 
 def measure_population(
     config: Config, device: torch.device, market, *, updates: int, reference_updates: int, repeats: int
 ) -> dict[str, Any]:
-    cfg_eval, cfg_ddpg, cfg_env = config.evaluation, config.ddpg, config.env
+    cfg_eval, cfg_ddpg, cfg_env = config.rollout, config.ddpg, config.env
     popsize = config.evolution.popsize
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch), market)
         fill_buffer(trainer)
-        starts = trainer._sample_train_starts()
+        starts = trainer.sample_train_starts()
         steps = popsize * cfg_eval.episodes * cfg_env.episode_days
         ddpg_args = {"gamma": cfg_ddpg.gamma, "tau": cfg_ddpg.tau, "max_grad_norm": cfg_ddpg.max_grad_norm}
 
@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> None:
         sizes = {
             "runtime.device": str(device),
             "ddpg.buffer_size": 100_000,
-            "evaluation.episodes": 4,
-            "evaluation.exploring_episodes": 2,
+            "rollout.episodes": 4,
+            "rollout.exploring_episodes": 2,
             **({"env.lookback": 252} if name == "paper" else {}),  # the stress shape BENCHMARKS.md reports
         }
         config = with_population(preset(name), args.efficiency_population, **sizes)

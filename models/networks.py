@@ -99,10 +99,10 @@ class BatchedMLP(nn.Module):
 class AssetEncoder(nn.Module):
     """(P or 1, M, N, L * K) windows -> (P, M, N, embedding): one MLP applied to every asset."""
 
-    def __init__(self, popsize: int, window_size: int, hidden: int, embedding: int, *, bf16: bool = False) -> None:
+    def __init__(self, popsize: int, window_size: int, model: ModelConfig) -> None:
         super().__init__()
-        self.mlp = BatchedMLP(popsize, [window_size, hidden, embedding], final_activation=True)
-        self.bf16 = bf16
+        self.mlp = BatchedMLP(popsize, [window_size, model.encoder_hidden, model.embedding], final_activation=True)
+        self.bf16 = model.bf16_encoder
 
     def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
         self.mlp.reset_parameters(generator, rows=rows)
@@ -117,25 +117,14 @@ class AssetEncoder(nn.Module):
 class Actor(nn.Module):
     """Deterministic policy of P agents: observation -> logits over N + 1 slots (cash first)."""
 
-    def __init__(
-        self,
-        popsize: int,
-        window_size: int,
-        *,
-        encoder_hidden: int,
-        embedding: int,
-        head_hidden: int,
-        bf16_encoder: bool = False,
-    ):
+    def __init__(self, popsize: int, window_size: int, model: ModelConfig):
         super().__init__()
         self.popsize = popsize
         self.window_size = window_size
-        self.widths = dict(
-            encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden, bf16_encoder=bf16_encoder
-        )
-        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding, bf16=bf16_encoder)
-        self.asset_head = BatchedMLP(popsize, [2 * embedding + 1, head_hidden, 1])
-        self.cash_head = BatchedMLP(popsize, [embedding + 1, head_hidden, 1])
+        self.model = model
+        self.encoder = AssetEncoder(popsize, window_size, model)
+        self.asset_head = BatchedMLP(popsize, [2 * model.embedding + 1, model.head_hidden, 1])
+        self.cash_head = BatchedMLP(popsize, [model.embedding + 1, model.head_hidden, 1])
 
     def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
         self.encoder.reset_parameters(generator, rows=rows)
@@ -155,7 +144,7 @@ class Actor(nn.Module):
     @torch.no_grad()
     def agent(self, index: int) -> Actor:
         """Agent ``index`` as a one-agent actor of its own (a copy, on the same device, without gradients)."""
-        single = Actor(1, self.window_size, **self.widths).to(self.encoder.mlp.layers[0].weight.device)
+        single = Actor(1, self.window_size, self.model).to(self.encoder.mlp.layers[0].weight.device)
         for mine, theirs in zip(single.parameters(), self.parameters()):
             mine.copy_(theirs[index : index + 1])
         return single.requires_grad_(False)
@@ -174,36 +163,15 @@ class Actor(nn.Module):
         return torch.softmax(self.logits(windows, weights), dim=-1)
 
 
-def build_actor(model: ModelConfig, window_size: int, *, popsize: int = 1) -> Actor:
-    """The actor a config's ``model`` section describes, over windows of ``window_size`` (lookback x features)."""
-    return Actor(
-        popsize,
-        window_size,
-        encoder_hidden=model.encoder_hidden,
-        embedding=model.embedding,
-        head_hidden=model.head_hidden,
-        bf16_encoder=model.bf16_encoder,
-    )
-
-
 class Critic(nn.Module):
     """Q-functions of P agents: (observation, action) -> Q (P, M)."""
 
-    def __init__(
-        self,
-        popsize: int,
-        window_size: int,
-        *,
-        encoder_hidden: int,
-        embedding: int,
-        head_hidden: int,
-        bf16_encoder: bool = False,
-    ):
+    def __init__(self, popsize: int, window_size: int, model: ModelConfig):
         super().__init__()
         self.popsize = popsize
-        self.encoder = AssetEncoder(popsize, window_size, encoder_hidden, embedding, bf16=bf16_encoder)
-        self.asset_head = BatchedMLP(popsize, [embedding + 2, head_hidden], final_activation=True)
-        self.value_head = BatchedMLP(popsize, [head_hidden + 2, head_hidden, 1])
+        self.encoder = AssetEncoder(popsize, window_size, model)
+        self.asset_head = BatchedMLP(popsize, [model.embedding + 2, model.head_hidden], final_activation=True)
+        self.value_head = BatchedMLP(popsize, [model.head_hidden + 2, model.head_hidden, 1])
 
     def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
         for module in (self.encoder, self.asset_head, self.value_head):

@@ -6,20 +6,8 @@ are plain tensors that evolution can index and copy per agent, and checkpoint as
 Every agent takes the same number of steps, so one step counter serves them all. The arithmetic is
 ``torch.optim.Adam``'s (no weight decay, no amsgrad); a test pins the two together.
 
-Why not ``torch.optim.Adam`` itself, with its state created before the first step (``optim.state[p] = {"step": ...,
-"exp_avg": ..., "exp_avg_sq": ...}``)? Tried on torch 2.13 (CPU, 2026-11-24). With ``foreach=True`` it matches this
-class bit for bit (parameters and moments after 550 steps), reallocates nothing (parameters, gradients kept by
-``zero_grad(set_to_none=False)``, moments and step tensors keep their data_ptr), leaves no reference cycles, and
-test_leaks, test_crash_resume and test_trainer pass with it. But it reads every parameter's ``step`` tensor on the
-host twice per step (``.item()``, for the bias corrections) and makes a tensor from host data for the increment:
-132 reads and 6 such tensors in three DDPG updates, so ``tests/training/test_host_sync.py`` fails
-(``test_optim.py::test_why_not_torch_adam_its_step_counters_are_read_on_the_host`` keeps watching). On CUDA those
-step tensors live on the host and the GPU would not wait, but the CPU guard cannot tell them from device reads,
-and passing it would mean exempting the update phase. ``fused=True`` reads nothing on the host but differs from
-this arithmetic in the last bit from the first step (3e-8 after 200 steps on the CPU); ``capturable=True`` needs a
-GPU. Nor would it save code: a wrapper must still create the state, keep the gradients (``zero_grad`` frees them by
-default), name the moments for checkpoints and set one float32 step tensor per parameter on resume; and its Python
-overhead per step is twice this class's (66 against 29 us with 3 parameters).
+Not ``torch.optim.Adam`` with pre-created state: it reads each parameter's step counter on the host at every step,
+which ``tests/training/test_host_sync.py`` forbids inside a phase (MEMORY.md, "Why a batched Adam of our own").
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from config import ModelConfig
 from models.networks import Actor, Critic, Rows
 from models.optim import BatchedAdam
 
@@ -21,8 +22,7 @@ class Population:
     Args:
         popsize: P.
         window_size: L * K values per asset window.
-        encoder_hidden, embedding, head_hidden: network widths (see ``models.networks``).
-        bf16_encoder: run the encoders under bfloat16 autocast.
+        model: the networks' widths and encoder precision (``config.ModelConfig``).
         actor_lr, critic_lr: Adam learning rates.
         exploration: (min, max) stdev of the logit noise; slot i gets the i-th of P log-spaced values.
         device: where every tensor lives.
@@ -35,11 +35,8 @@ class Population:
         self,
         popsize: int,
         window_size: int,
+        model: ModelConfig,
         *,
-        encoder_hidden: int,
-        embedding: int,
-        head_hidden: int,
-        bf16_encoder: bool = False,
         actor_lr: float,
         critic_lr: float,
         exploration: tuple[float, float],
@@ -47,19 +44,16 @@ class Population:
         generator: torch.Generator,
         slots: range | None = None,
     ) -> None:
-        widths = dict(
-            encoder_hidden=encoder_hidden, embedding=embedding, head_hidden=head_hidden, bf16_encoder=bf16_encoder
-        )
         self.popsize = popsize
         self.slots = range(popsize) if slots is None else slots
         held = len(self.slots)
         rows = None if held == popsize else Rows(popsize, self.slots)
         self.device = torch.device(device)
-        self.actor = Actor(held, window_size, **widths).to(device)
-        self.critic = Critic(held, window_size, **widths).to(device)
-        self.actor_target = Actor(held, window_size, **widths).to(device)
-        self.critic_target = Critic(held, window_size, **widths).to(device)
-        self.champion = Actor(1, window_size, **widths).to(device)
+        self.actor = Actor(held, window_size, model).to(device)
+        self.critic = Critic(held, window_size, model).to(device)
+        self.actor_target = Actor(held, window_size, model).to(device)
+        self.critic_target = Critic(held, window_size, model).to(device)
+        self.champion = Actor(1, window_size, model).to(device)
         self.actor.reset_parameters(generator, rows=rows)
         self.critic.reset_parameters(generator, rows=rows)
         with torch.no_grad():

@@ -21,7 +21,8 @@ from environment.observation import WindowGatherer
 
 SEGMENTS = 16
 """A checkpoint holds the ring as this many files of consecutive rows: a generation writes into a few of them only,
-and the files of the others are the same bytes as at the checkpoints before (``utils.checkpoint`` may link them)."""
+and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
+them)."""
 
 
 def holds_the_ring(name: str) -> bool:

@@ -1,7 +1,7 @@
 """A bucket in memory, for tests that need a ``Storage`` but no server.
 
-It keeps the contract of ``utils.storage.Storage`` (tests/utils/test_storage.py runs the same contract tests on it
-and on GCS), so what the uploader does with it, it does with a bucket.
+It keeps the contract of ``persistence.storage.Storage`` (tests/persistence/test_storage.py runs the same contract
+tests on it and on GCS), so what the uploader does with it, it does with a bucket.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from utils.storage import ObjectInfo, PreconditionFailed, Storage, check_key
+from persistence.storage import ObjectInfo, PreconditionFailed, Storage, check_key
 
 
 class MemoryStorage(Storage):

@@ -1,6 +1,6 @@
 """Stop a checkpoint writer at a named moment, so a test can SIGKILL it exactly there.
 
-Test-only: it wraps three steps of ``utils.checkpoint.write_generation`` from the outside, so product code carries
+Test-only: it wraps three steps of ``persistence.checkpoint.write_generation`` from the outside, so product code carries
 no hook. The moments, in the order a generation is written:
 
 * ``files-written``: every payload file is in the temporary folder, the manifest is not;
@@ -30,8 +30,8 @@ _TMP_DIR = re.compile(r"\.gen-(\d+)\.tmp-\d+")
 
 
 def install(spec: str) -> None:
-    from training.trainer import Trainer
-    from utils import checkpoint
+    from persistence import checkpoint
+    from training.loop import Trainer
 
     moment, _, only = spec.partition("@")
     if moment not in MOMENTS:

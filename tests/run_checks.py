@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from training.trainer import MEASURED_KEYS
-from utils import checkpoint
+from persistence import checkpoint
+from training.records import MEASURED_KEYS
 
 
 def rows(run_dir: Path) -> list[dict]:

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     import main
-    from training import trainer
+    from training import loop as trainer
 
     if os.environ.get("SHARDED_PIDS"):
         Path(os.environ["SHARDED_PIDS"], f"rank-{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))

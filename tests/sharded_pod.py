@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(workdir: Path, generations: int, training: list[str]) -> int:
+    from persistence import remote
+    from persistence.gcs import EMULATOR_ENV, open_storage
     from tests.gcs_server import GCSEmulator, emulator_binary
-    from utils import remote
-    from utils.gcs import EMULATOR_ENV, open_storage
 
     server = GCSEmulator(emulator_binary(), workdir / "fake-gcs")
     server.start()

@@ -12,9 +12,9 @@ from benchmarks import checkpoint_blocking, sharded_scaling, throughput
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
 from models.ddpg import ddpg_update
+from training.loop import Trainer
 from training.rollout import validate
 from training.runs import load_market
-from training.trainer import Trainer
 
 
 def small_trainer(tmp_path) -> Trainer:

@@ -95,3 +95,14 @@ def test_from_dict_rejects_unknown_keys():
     values["ddpg"]["mystery"] = 1
     with pytest.raises(ConfigError, match=r"ddpg\.mystery"):
         Config.from_dict(values)
+
+
+def test_a_config_written_before_the_rollout_section_was_renamed_still_loads():
+    """Checkpoints of earlier versions call the rollout section ``evaluation``: a resume must read them as before."""
+    written = Config().to_dict()
+    written["evaluation"] = {**written.pop("rollout"), "episodes": 12}
+    loaded = Config.from_dict(written)
+    assert loaded.rollout.episodes == 12
+    assert loaded == override(Config(), {"rollout.episodes": 12})
+    with pytest.raises(ConfigError, match="evaluation"):
+        override(Config(), {"evaluation.episodes": 12})  # on the command line only the new name

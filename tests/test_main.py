@@ -56,7 +56,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
         (["--set", "ddpg.buffer_size=100000000000000"], ["needs at least", "replay ring", "ddpg.buffer_size"]),
         (["--population", "100000000000"], ["needs at least", "evolution.popsize"]),
         (["--set", "model.encoder_hidden=1000000000"], ["needs at least", "model.encoder_hidden"]),
-        (["--set", "evaluation.episodes=100000000000"], ["needs at least", "evaluation.episodes"]),
+        (["--set", "rollout.episodes=100000000000"], ["needs at least", "rollout.episodes"]),
         (["--set", "ddpg.batch_size=10000000000"], ["needs at least", "ddpg.batch_size"]),
     ],
 )
@@ -166,7 +166,7 @@ def test_tensorboard_logs_every_generation_and_a_resume_continues_it(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     import main
-    from utils import jsonl
+    from persistence import jsonl
 
     common = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "r", "--no-progress"]
     assert main.main([*common, "--device", "cpu", "--generations", "2", "--tensorboard"]) == 0

@@ -73,15 +73,15 @@ def training_windows(config: Config, market: Market) -> tuple[torch.Tensor, torc
     has noise-free and exploring episodes to give them to, else every start day for both.
 
     Raises:
-        ConfigError: the training range is too short for ``evaluation.fitness_block_every``.
+        ConfigError: the training range is too short for ``rollout.fitness_block_every``.
     """
-    evaluation = config.evaluation
+    rollout = config.rollout
     try:
         return split_training_days(
             market.splits.train,
             lookback=config.env.lookback,
             episode_days=config.env.episode_days,
-            every=evaluation.fitness_block_every if evaluation.splits_fitness_days else 0,
+            every=rollout.fitness_block_every if rollout.splits_fitness_days else 0,
         )
     except ValueError as error:
-        raise ConfigError(f"evaluation.fitness_block_every: {error}") from None
+        raise ConfigError(f"rollout.fitness_block_every: {error}") from None

@@ -21,15 +21,16 @@ from config import Config, override
 from environment.data import PriceTable, load_prices
 from environment.features import build_market
 from environment.market import Market
+from persistence import checkpoint, remote
+from persistence.gcs import open_storage
+from persistence.provenance import describe_device, device_change_note
+from persistence.state_document import read_state
+from persistence.storage import Storage, parse_uri
+from persistence.uploader import CheckpointUploader
+from training.loop import Trainer
 from training.sharding import Ranks, Sharding
 from training.sizing import check_memory
-from training.state_document import read_state
-from training.trainer import Trainer, describe_device, device_change_note
-from utils import checkpoint, remote
 from utils.errors import CheckpointError, ConfigError, one_line
-from utils.gcs import open_storage
-from utils.storage import Storage, parse_uri
-from utils.uploader import CheckpointUploader
 
 RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime.progress"})
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
@@ -90,7 +91,7 @@ class Run:
         """Wait for the last checkpoint write, then for the last uploads (at most ``timeout`` seconds), and say what
         reached the bucket. A failed write is raised after the uploads of the generations before it."""
         try:
-            self.trainer.finish_checkpoints()
+            self.trainer.checkpoints.close()
         finally:
             summary = self._finish_uploads(timeout=timeout, progress=progress)
         return summary
@@ -136,7 +137,7 @@ def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], Non
             keep_last=run.config.checkpoint.keep_last,
             log=log,
         )
-        run.trainer.on_checkpoint = run.uploader.submit
+        run.trainer.checkpoints.on_checkpoint = run.uploader.submit
     return run
 
 
@@ -365,9 +366,9 @@ def resume_run(
     device, market, sharding = _prepare(resumed, ranks)
     trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
     with _offering_earlier(run_dir, generation) if ranks.is_leader else contextlib.nullcontext():
-        trainer.restore(files)
+        trainer.checkpoints.restore(files)
     log(f"resumed {run_dir} at generation {trainer.generation} | device {_describe(device, ranks)}")
-    note = device_change_note(trainer.restored_device, describe_device(device))
+    note = device_change_note(trainer.checkpoints.restored_device, describe_device(device))
     if note is not None:
         log(note)
     run = _attach_uploader(Run(trainer, resumed), storage, log)

@@ -22,7 +22,7 @@ FLOAT_BYTES = 4
 def storage_bytes(config: Config, *, num_assets: int, num_features: int, processes: int = 1) -> dict[str, int]:
     """Bytes of the largest allocations of a run, by what they hold (each named by the keys that size it), in one of
     ``processes`` that share the population (``training.sharding``: each holds its slots and the whole ring)."""
-    popsize, episodes = config.evolution.popsize // processes, config.evaluation.episodes
+    popsize, episodes = config.evolution.popsize // processes, config.rollout.episodes
     n1 = num_assets + 1
     window = config.env.lookback * num_features  # L * K values per asset
     batch = popsize * config.ddpg.batch_size
@@ -38,7 +38,7 @@ def storage_bytes(config: Config, *, num_assets: int, num_features: int, process
         * config.model.encoder_hidden
         * FLOAT_BYTES,
         # portfolio weights and the reward and turnover histories of every agent and episode
-        "environments (evolution.popsize x evaluation.episodes x env.episode_days)": popsize
+        "environments (evolution.popsize x rollout.episodes x env.episode_days)": popsize
         * episodes
         * (n1 + 2 * config.env.episode_days)
         * FLOAT_BYTES,
@@ -53,7 +53,7 @@ def available_bytes(device: torch.device) -> int:
 
 
 STAGED = ("replay ring", "population")
-"""The allocations ``training.checkpointing`` copies into host staging buffers of the same size."""
+"""The allocations ``persistence.staging`` copies into host staging buffers of the same size."""
 
 
 def check_memory(config: Config, market: Market, *, processes: int = 1) -> None:

@@ -1,1 +1,2 @@
-"""Plumbing with no algorithm in it: errors, storage, checkpoint format, telemetry, plots, logging."""
+"""Small utilities with no algorithm and no persistence in them: errors, the command-line parser, stop signals,
+progress bars, memory telemetry, TensorBoard logging."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from config import ModelConfig
 from environment.kernel import portfolio_step
 from models.ddpg import clip_grad_norm_per_agent_, ddpg_update
 from models.population import Population
@@ -19,9 +20,7 @@ def _population(seed: int = 0, *, lr: float = 1e-3) -> Population:
     return Population(
         P,
         WINDOW,
-        encoder_hidden=8,
-        embedding=4,
-        head_hidden=8,
+        ModelConfig(encoder_hidden=8, embedding=4, head_hidden=8),
         actor_lr=lr,
         critic_lr=lr,
         exploration=(0.1, 1.0),

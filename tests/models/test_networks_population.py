@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from config import ModelConfig
 from models.networks import Actor, Critic
 from models.population import Population
 from tests.synthetic import random_simplex
 
 P, M, N, WINDOW = 3, 5, 4, 6  # agents, batch, assets, L * K
-WIDTHS = dict(encoder_hidden=8, embedding=4, head_hidden=8)
+WIDTHS = ModelConfig(encoder_hidden=8, embedding=4, head_hidden=8)
 EXPLORATION = (0.05, 0.8)
 
 
@@ -20,7 +22,7 @@ def _population(seed: int = 0, popsize: int = P) -> Population:
     return Population(
         popsize,
         WINDOW,
-        **WIDTHS,
+        WIDTHS,
         actor_lr=1e-3,
         critic_lr=1e-3,
         exploration=EXPLORATION,
@@ -47,7 +49,7 @@ def _inputs(seed: int = 0):
 
 
 def _build(cls, popsize: int, seed: int):
-    net = cls(popsize, WINDOW, **WIDTHS)
+    net = cls(popsize, WINDOW, WIDTHS)
     net.reset_parameters(torch.Generator().manual_seed(seed))
     return net
 
@@ -187,7 +189,7 @@ def test_exploration_stdevs_are_log_spaced_per_slot(popsize):
 def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
     shared, per_agent, weights, actions = _inputs(seed=3)
     exact = _build(Actor, P, seed=4)
-    bf16 = Actor(P, WINDOW, **WIDTHS, bf16_encoder=True)
+    bf16 = Actor(P, WINDOW, dataclasses.replace(WIDTHS, bf16_encoder=True))
     bf16.load_state_dict(exact.state_dict())
     out, reference = bf16.logits(per_agent, weights), exact.logits(per_agent, weights)
     assert out.dtype == torch.float32 and bf16.encoder(per_agent).dtype == torch.float32
@@ -195,7 +197,7 @@ def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
     assert torch.allclose(out, reference, atol=0.05, rtol=0.05)
     assert bf16.agent(1).encoder.bf16  # an agent taken out keeps the setting
 
-    critic, critic_bf16 = _build(Critic, P, seed=5), Critic(P, WINDOW, **WIDTHS, bf16_encoder=True)
+    critic, critic_bf16 = _build(Critic, P, seed=5), Critic(P, WINDOW, dataclasses.replace(WIDTHS, bf16_encoder=True))
     critic_bf16.load_state_dict(critic.state_dict())
     q, q_exact = critic_bf16(shared, weights, actions), critic(shared, weights, actions)
     assert q.dtype == torch.float32 and torch.allclose(q, q_exact, atol=0.05, rtol=0.05)

@@ -28,7 +28,7 @@ from environment.vector_env import VectorPortfolioEnv
 from models.population import Population
 from models.replay import ReplayBuffer
 from tests.run_checks import rows
-from training import trainer as trainer_module
+from training import loop as trainer_module
 from training.runs import start_run
 
 GENERATIONS = 12
@@ -155,9 +155,7 @@ def a_new_population_each_generation(mp, kept):
             Population(
                 cfg.evolution.popsize,
                 trainer.train_env.gatherer.window_size,
-                encoder_hidden=cfg.model.encoder_hidden,
-                embedding=cfg.model.embedding,
-                head_hidden=cfg.model.head_hidden,
+                cfg.model,
                 actor_lr=cfg.ddpg.actor_lr,
                 critic_lr=cfg.ddpg.critic_lr,
                 exploration=(0.1, 1.0),
@@ -231,7 +229,7 @@ def a_growing_list_of_upload_futures(mp, kept):
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        self.on_checkpoint = lambda generation, protect: kept.append(concurrent.futures.Future())
+        self.checkpoints.on_checkpoint = lambda generation, protect: kept.append(concurrent.futures.Future())
 
     mp.setattr(trainer_module.Trainer, "__init__", init)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from persistence import checkpoint
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
-from utils import checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATIONS = 4

@@ -15,9 +15,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import override, preset
+from training.loop import Trainer
 from training.rollout import validate
 from training.runs import load_market
-from training.trainer import Trainer
 
 SYNCING = frozenset(
     {
@@ -49,7 +49,7 @@ def make_trainer(tmp_path, device: str) -> Trainer:
 
 
 def phases(trainer: Trainer) -> dict[str, callable]:
-    starts = trainer._sample_train_starts()  # drawn on the host once per generation, outside the phases
+    starts = trainer.sample_train_starts()  # drawn on the host once per generation, outside the phases
 
     def update() -> None:
         for _ in range(3):

@@ -14,13 +14,13 @@ import torch
 
 from models.population import Population
 from models.replay import ReplayBuffer
+from persistence import checkpoint
 from tests import loopback_only
 from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
 from training.sharding import Ranks, Sharding
-from utils import checkpoint
 from utils.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,417 @@
+"""``python main.py evaluate TARGET``: the champion on data it never saw, against the baselines, as a report.
+
+TARGET is a run folder (its newest intact generation), one generation's folder, or an exported champion (a folder
+with ``actor.json``), local or ``gs://``. The market is rebuilt on the CPU from the data the run's config names
+and must match the fingerprint the run recorded. ``offline.holdout`` does the scoring; this module finds the
+champion, prints the table and writes the report:
+
+* ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source, and the
+  overfitting diagnostics of the run's choice (``offline.overfitting``: deflated Sharpe ratio and PBO, from the
+  run's history; n/a for an export);
+* ``evaluation.csv``: the same figures, one row per (range, strategy);
+* ``daily.csv``: every strategy's daily log return, one row per day;
+* ``equity.png``, ``drawdowns.png``, ``weights.png``: equity curves and drawdowns of the champion against the
+  baselines, and the champion's weights over time; ``history.png``: fitness and validation across generations
+  (a checkpoint only: an export has no history);
+* with ``--tensorboard``: the figures and the table as TensorBoard events in ``tensorboard/``.
+
+The report goes to ``<run>/evaluation/gen-NNNNNN`` for a local run or generation, ``<export>/evaluation`` for a
+local export, and ``./evaluation-<name>`` for a ``gs://`` target, unless ``--out`` names a folder. Files of an
+earlier report in that folder are replaced; nothing else there is touched.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from config import Config
+from environment.market import Market
+from models.networks import Actor
+from offline.export import ACTOR_FORMAT, read_generation, rebuild_market, run_config
+from offline.holdout import INDEX, RANGES, RangeResult, evaluate
+from offline.inspection import locate
+from offline.overfitting import diagnose, unavailable
+from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
+from offline.risk import drawdown_curve, equity_curve
+from persistence import checkpoint
+from persistence.gcs import open_storage
+from utils import tensorboard as board_log
+from utils.cli import parse_command
+from utils.errors import CheckpointError, ConfigError, InputError
+
+METRIC_COLUMNS = (
+    "days",
+    "total_return",
+    "annualised_return",
+    "annualised_volatility",
+    "sharpe",
+    "sortino",
+    "max_drawdown",
+    "max_drawdown_days",
+    "calmar",
+    "turnover",
+    "costs",
+)
+LABELS = {
+    "champion": "champion",
+    "untrained": "untrained (same seed)",
+    "equal_weight": "equal weight, daily",
+    "buy_and_hold": "equal weight, held",
+    "cash": "cash",
+    INDEX: "index",
+}
+REPORT_FILES = ("evaluation.json", "evaluation.csv", "daily.csv", "equity.png", "drawdowns.png", "weights.png")
+
+
+@dataclass
+class Champion:
+    """What evaluation needs from a target."""
+
+    config: Config
+    market: Market
+    actor: Actor
+    source: dict[str, Any]
+    """Where the champion came from: kind, path, generation, champion generation, validation score."""
+    history: list[dict[str, Any]] | None
+    default_out: Path
+
+
+def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, squeezed: bool) -> None:
+    own = dict(actor.named_parameters())
+    if set(tensors) != set(own):
+        missing = sorted(set(own) - set(tensors))
+        raise CheckpointError(f"{where}: the actor's tensors do not match its architecture (missing {missing[:3]})")
+    with torch.no_grad():
+        for name, param in own.items():
+            value = tensors[name].unsqueeze(0) if squeezed else tensors[name]
+            if value.shape != param.shape:
+                raise CheckpointError(f"{where}: {name} has shape {tuple(value.shape)}, expected {tuple(param.shape)}")
+            if not torch.isfinite(value).all():
+                raise CheckpointError(f"{where}: {name} holds NaN or infinite values")
+            param.copy_(value)
+
+
+def _from_export(folder: Path, label: str) -> Champion:
+    try:
+        spec = json.loads((folder / "actor.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{label}/actor.json cannot be read: {error}") from None
+    if not isinstance(spec, dict) or spec.get("format") != ACTOR_FORMAT or not isinstance(spec.get("source"), dict):
+        raise CheckpointError(f"{label}/actor.json is not an exported actor of this project")
+    config = run_config(spec["source"].get("config"), f"{label}/actor.json")
+    market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
+    try:
+        tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
+    except (OSError, safetensors.SafetensorError) as error:
+        raise CheckpointError(f"{label}/actor.safetensors cannot be read: {error}") from None
+    actor = Actor(1, config.env.lookback * market.num_features, config.model).requires_grad_(False)
+    _load_params(actor, tensors, f"{label}/actor.safetensors", squeezed=True)
+    source = {
+        "kind": "export",
+        "path": label,
+        "generation": spec.get("generation"),
+        "champion_generation": spec.get("champion_generation"),
+        "validation_score": spec.get("validation_score"),
+    }
+    return Champion(config, market, actor, source, None, folder / "evaluation")
+
+
+def _from_checkpoint(target: str, scratch: Path) -> Champion:
+    located = locate(target, scratch)
+    gen = located.gen
+    state, config, market = read_generation(located, refusal="cannot evaluate")
+    actor = Actor(1, config.env.lookback * market.num_features, config.model).requires_grad_(False)
+    names = [name for name, _ in actor.named_parameters()]
+    tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
+    _load_params(actor, {name: tensors[f"champion.{name}"] for name in names}, str(gen.path), squeezed=False)
+    history = checkpoint.read_document(gen, "history")
+    source = {
+        "kind": "checkpoint",
+        "path": str(target).rstrip("/") if str(target).startswith("gs://") else str(gen.path),
+        "generation": gen.generation,
+        "champion_generation": state.get("champion_generation"),
+        "validation_score": state.get("champion_score"),
+        "validation_edge": state["champion_edge"],
+    }
+    run_dir = located.run_dir
+    default = (run_dir if run_dir is not None else gen.path.parent) / "evaluation" / gen.path.name
+    return Champion(config, market, actor, source, history if isinstance(history, list) else None, default)
+
+
+def describe_champion(source: dict[str, Any]) -> str:
+    """One line: where the champion comes from and what selection saw in it."""
+    score = source.get("validation_score")
+    score_text = "n/a" if score is None else f"{score:+.4f}"
+    where = f"champion of {source['path']} (generation {source.get('generation')}"
+    if source.get("champion_generation") == 0:
+        return (
+            f"{where}: equal weight; no agent's edge over it survived the selection test, "
+            f"validation log return {score_text})"
+        )
+    edge = source.get("validation_edge")
+    edge_text = "" if edge is None else f", edge lower bound {edge * 100:+.1f}%/y"
+    generation = source.get("champion_generation")
+    return f"{where}, found in generation {generation}, validation log return {score_text}{edge_text})"
+
+
+def _remote_export(uri: str, scratch: Path) -> Path | None:
+    """Download an exported actor at ``uri`` into ``scratch``; None if ``uri`` holds no ``actor.json``. The bucket is
+    checked first (``check_read_access``), so an unreachable one is reported promptly, naming ``uri``."""
+    storage = open_storage(uri)
+    try:
+        storage.check_read_access()
+        if storage.stat("actor.json") is None:
+            return None
+        scratch.mkdir(parents=True, exist_ok=True)
+        for name in ("actor.json", "actor.safetensors"):
+            storage.download_file(name, scratch / name)
+    finally:
+        storage.close()
+    return scratch
+
+
+def load_champion(target: str, scratch: Path) -> Champion:
+    """The champion of a run, a generation or an export (local or gs://), with its config and rebuilt market.
+
+    Raises:
+        InputError: The target cannot be read (CheckpointError for a damaged or foreign one).
+    """
+    if target.startswith("gs://"):
+        folder = _remote_export(target.rstrip("/"), scratch / "export")
+        name = target.rstrip("/").rsplit("/", 1)[-1]
+        if folder is not None:
+            champion = _from_export(folder, target.rstrip("/"))
+        else:
+            (scratch / "checkpoint").mkdir()
+            champion = _from_checkpoint(target, scratch / "checkpoint")
+            name = f"{champion.config.checkpoint.run_name or name}-gen-{champion.source['generation']:06d}"
+        champion.default_out = Path(f"evaluation-{name}")
+        return champion
+    path = Path(target).expanduser()
+    if (path / "actor.json").is_file():
+        return _from_export(path, str(path))
+    return _from_checkpoint(target, scratch)
+
+
+# ---------------------------------------------------------------------------------------------- the report
+
+
+def _strategies(result: RangeResult) -> list[str]:
+    return list(result.traces)
+
+
+def diagnostics(champion: Champion, results: dict[str, RangeResult]) -> dict[str, Any]:
+    """The deflated Sharpe ratio and PBO of the run's choice (``offline.overfitting``): the trials come from the
+    checkpoint's history, the champion's daily validation excess over equal weight from ``results``."""
+    if champion.source["kind"] == "export":
+        return unavailable("an export has no run history")
+    validation = results["validation"].traces
+    excess = validation["champion"].log_returns - validation["equal_weight"].log_returns  # (D,)
+    return diagnose(champion.history, excess, crowned=bool(champion.source.get("champion_generation")))
+
+
+def report_document(champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]) -> dict[str, Any]:
+    """Everything ``evaluation.json`` holds; ``overfitting`` is ``diagnostics``' answer."""
+    env = champion.config.env
+    return {
+        "source": champion.source,
+        "cost_rate": env.cost_rate,
+        "episode_days": env.episode_days,
+        "lookback": env.lookback,
+        "tickers": list(champion.market.tickers),
+        "strategies": {name: LABELS[name] for name in _strategies(results["holdout"])},
+        "ranges": {
+            name: {
+                "first_day": result.dates[0],
+                "last_day": result.dates[-1],
+                "window_starts": result.window_starts,
+                "metrics": {strategy: m.to_dict() for strategy, m in result.metrics.items()},
+            }
+            for name, result in results.items()
+        },
+        "diagnostics": overfitting,
+    }
+
+
+def _percent(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{100 * value:+.1f}%"
+
+
+def _ratio(value: float) -> str:
+    return "n/a" if math.isnan(value) or math.isinf(value) else f"{value:+.2f}"
+
+
+def table(result: RangeResult, *, cost_rate: float) -> str:
+    """The metrics of one range as a fixed-width table."""
+    role = "out of sample" if result.name == "holdout" else "in sample: it chose the champion"
+    header = (
+        f"{result.name} ({role}) {result.dates[0]} to {result.dates[-1]}: "
+        f"{len(result.dates)} days from cash, costs {cost_rate * 1e4:g} bp per unit of turnover"
+    )
+    columns = ("strategy", "total", "annual", "vol", "Sharpe", "Sortino", "max DD", "Calmar", "turnover/y", "costs")
+    lines = [header, f"{columns[0]:<22}" + "".join(f"{c:>11}" for c in columns[1:])]
+    for strategy, m in result.metrics.items():
+        cells = (
+            _percent(m.total_return),
+            _percent(m.annualised_return),
+            _percent(m.annualised_volatility),
+            _ratio(m.sharpe),
+            _ratio(m.sortino),
+            _percent(-m.max_drawdown) if m.max_drawdown > 0 else "0.0%",
+            _ratio(m.calmar),
+            f"{m.turnover:.1f}x",
+            f"{100 * m.costs:.2f}%",
+        )
+        lines.append(f"{LABELS[strategy]:<22}" + "".join(f"{cell:>11}" for cell in cells))
+    return "\n".join(lines)
+
+
+def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
+    with (out / "evaluation.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["range", "strategy", *METRIC_COLUMNS])
+        for name, result in results.items():
+            for strategy, m in result.metrics.items():
+                values = m.to_dict()
+                writer.writerow([name, strategy, *("" if values[c] is None else values[c] for c in METRIC_COLUMNS)])
+    with (out / "daily.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        strategies = _strategies(results["holdout"])
+        writer.writerow(["date", "range", *(f"{s}_log_return" for s in strategies)])
+        for name, result in results.items():
+            for day, date in enumerate(result.dates):
+                writer.writerow([date, name, *(repr(float(result.traces[s].log_returns[day])) for s in strategies)])
+
+
+def _write_plots(out: Path, champion: Champion, results: dict[str, RangeResult]) -> list[str]:
+    title = f"champion of {champion.source['path']} (generation {champion.source['generation']})"
+
+    def panel_title(result: RangeResult) -> str:
+        return f"{result.name}: {result.dates[0]} to {result.dates[-1]}"
+
+    def curves(result: RangeResult, transform) -> SeriesPanel:
+        # Points are closes: the day before the first return, then every day a return is earned.
+        dates = [_day_before(champion.market, result.dates[0]), *result.dates]
+        series = {LABELS[s]: list(transform(t.log_returns)) for s, t in result.traces.items()}
+        return SeriesPanel(panel_title(result), dates, series)
+
+    results_in_order = [results[name] for name in RANGES]
+    plot_equity(
+        out / "equity.png",
+        [curves(r, equity_curve) for r in results_in_order],
+        title=f"Growth of 1: {title}",
+        highlight=LABELS["champion"],
+    )
+    plot_drawdowns(
+        out / "drawdowns.png",
+        [curves(r, lambda x: drawdown_curve(equity_curve(x))) for r in results_in_order],
+        title=f"Drawdowns: {title}",
+        highlight=LABELS["champion"],
+    )
+    labels = ["cash", *champion.market.tickers]
+    plot_weights(
+        out / "weights.png",
+        [
+            WeightsPanel(panel_title(r), r.dates, labels, r.traces["champion"].weights.tolist())
+            for r in results_in_order
+        ],
+        title=f"Target weights held each day: {title}",
+    )
+    written = ["equity.png", "drawdowns.png", "weights.png"]
+    if champion.history:
+        rows = champion.history
+
+        def column(key: str) -> list[Any]:
+            return [row.get(key) for row in rows]
+
+        plot_history(
+            out / "history.png",
+            generations=[row["generation"] for row in rows],
+            best_fitness=column("best_fitness"),
+            mean_fitness=column("mean_fitness"),
+            worst_fitness=column("worst_fitness"),
+            validation_best=column("validation_best"),
+            champion_score=column("champion_score"),
+            title=f"Fitness and validation by generation: {champion.source['path']}",
+        )
+        written.append("history.png")
+    return written
+
+
+def _day_before(market: Market, date: str) -> str:
+    return market.dates[market.dates.index(date) - 1]
+
+
+def write_report(
+    out: Path, champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]
+) -> list[str]:
+    """Write the report files into ``out`` (created if needed); returns their names."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"report folder {out} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    document = report_document(champion, results, overfitting)
+    (out / "evaluation.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    _write_csvs(out, results)
+    return ["evaluation.json", "evaluation.csv", "daily.csv", *_write_plots(out, champion, results)]
+
+
+def _tensorboard(out: Path, written: Sequence[str], tables: str, step: int) -> Path:
+    log_dir = out / "tensorboard"
+    with board_log.TensorBoardLog(log_dir) as board:
+        for name in written:
+            if name.endswith(".png"):
+                board.figure(f"evaluation/{name[:-4]}", out / name, step=step)
+        board.text("evaluation/metrics", "```\n" + tables + "\n```", step=step)
+    return log_dir
+
+
+def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: Callable[[str], None] = print) -> Path:
+    """Evaluate, print and write the report; returns the report folder."""
+    if tensorboard and not board_log.tensorboard_available():  # before any work: the flag cannot be honoured
+        raise InputError(board_log.MISSING_MESSAGE)
+    with tempfile.TemporaryDirectory(prefix="erl-evaluate-") as scratch:
+        champion = load_champion(target, Path(scratch))
+    try:
+        results = evaluate(champion.market, champion.config, champion.actor)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    overfitting = diagnostics(champion, results)
+    folder = Path(out).expanduser() if out else champion.default_out
+    written = write_report(folder, champion, results, overfitting)
+    tables = "\n\n".join(table(results[name], cost_rate=champion.config.env.cost_rate) for name in RANGES)
+    if tensorboard:
+        _tensorboard(folder, written, tables, step=int(champion.source.get("generation") or 0))
+    if as_json:
+        log(json.dumps(report_document(champion, results, overfitting), allow_nan=False))
+    else:
+        log(
+            f"{describe_champion(champion.source)}\n\n{tables}\n\n"
+            f"{overfitting['deflated_sharpe_reading']}\n{overfitting['pbo_reading']}\n\n"
+            f"report: {folder} ({', '.join(written)}{', tensorboard/' if tensorboard else ''})"
+        )
+    return folder
+
+
+def main(argv: Sequence[str]) -> int:
+    """``evaluate``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
+    args = parse_command(
+        argv,
+        "evaluate",
+        "Score a champion on the validation and holdout ranges against baselines; write a report.",
+        ("target", {"help": "a run folder, a gen-NNNNNN folder or an exported actor; local or gs://"}),
+        ("--out", {"help": "report folder (default: <run>/evaluation/gen-NNNNNN, see the docs)"}),
+        ("--json", {"action": "store_true", "help": "print the report as one JSON object"}),
+        ("--tensorboard", {"action": "store_true", "help": "also write the figures as TensorBoard events"}),
+    )
+    run(args.target, out=args.out, tensorboard=args.tensorboard, as_json=args.json)
+    return 0

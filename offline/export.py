@@ -1,0 +1,385 @@
+"""``python main.py export TARGET OUT_DIR``: the champion's actor, for use without this project.
+
+TARGET is what ``inspect`` takes (a run folder: its newest intact generation; or one generation's folder, which
+must be intact). OUT_DIR must not exist or be empty; it receives:
+
+* ``actor.safetensors``: the champion's parameters, the ``champion.`` prefix removed and the population
+  dimension (of size 1) squeezed: weights ``(in, out)``, biases ``(1, out)``.
+* ``actor.json``: everything needed to rebuild the actor and its observation pipeline (widths, tickers in order,
+  feature names and definitions, lookback, window layout, weights convention, cost rate, the normalisation
+  statistics of the training range, the warm-up, the champion's validation score, its generation, the source).
+* ``README.md``: how to load and run it with plain PyTorch (a forward pass written with ``torch.nn.functional``).
+
+The normalisation statistics are not in the checkpoint: the market is rebuilt on the CPU from the data named in
+the checkpoint's config, and its fingerprint must equal the one the run recorded (else the data changed and the
+statistics would not be the ones the actor was trained with). Everything is written into a temporary sibling
+folder that is renamed into place, so a failure leaves no partial export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from config import Config
+from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
+from environment.market import Market
+from models.networks import Actor
+from offline.inspection import TARGET_HELP, Located, locate
+from persistence import checkpoint
+from persistence.provenance import market_fingerprint
+from training.runs import load_market
+from utils.cli import parse_command
+from utils.errors import CheckpointError, ConfigError, InputError
+
+ACTOR_FORMAT = "erl-trader-actor"
+ACTOR_FORMAT_VERSION = 1
+FILES = ("actor.safetensors", "actor.json", "README.md")
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """InputError unless ``out_dir`` is missing or an empty folder (an export never overwrites anything)."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise InputError(f"export folder {out_dir} exists and is not a folder; choose a new folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise InputError(f"export folder {out_dir} exists and is not empty; choose a new or empty folder")
+
+
+def rebuild_market(config: Config, *, fingerprint: object, where: str) -> Market:
+    """The run's market, rebuilt on the CPU from the data its config names, and checked against the
+    ``fingerprint`` the run recorded (else the data changed: statistics and splits would not be the run's).
+
+    Raises:
+        CheckpointError: The rebuilt market's fingerprint differs; ``where`` names the checkpoint in the message.
+    """
+    market = load_market(config, torch.device("cpu"))
+    if market_fingerprint(market) != fingerprint:
+        raise CheckpointError(
+            f"the data changed: {config.data.path or 'the bundled data set'} no longer gives the market {where} "
+            "was trained on (its fingerprint differs)"
+        )
+    return market
+
+
+def run_config(document: Any, where: str) -> Config:
+    """The config a checkpoint or an export records; CheckpointError naming ``where`` if it is missing or invalid."""
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{where} holds no config")
+    try:
+        return Config.from_dict(document)
+    except (ConfigError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{where}: its config is not valid: {error}") from None
+
+
+def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], Config, Market]:
+    """The state document, config and rebuilt market of a located generation; a damaged one is refused with
+    ``refusal`` (``"cannot export from"``) and its first problem."""
+    gen = located.gen
+    if located.problems:
+        raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
+    state = checkpoint.read_document(gen, "state")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
+    config = run_config(state.get("config"), str(gen.path / "state.json"))
+    return state, config, rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
+
+
+def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
+    """The champion's parameters by ``Actor`` name, population dim squeezed: weights (in, out), biases (1, out)."""
+    template = Actor(1, window_size, config.model)
+    shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
+    tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in shapes])
+    params = {}
+    for name, shape in shapes.items():
+        tensor = tensors[f"champion.{name}"]
+        if tuple(tensor.shape) != shape:
+            raise CheckpointError(
+                f"{gen.path}: champion.{name} has shape {tuple(tensor.shape)}, its config implies {shape}"
+            )
+        params[name] = tensor[0].contiguous()
+    return params
+
+
+def actor_spec(
+    *,
+    config: Config,
+    market: Market,
+    params: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    gen: checkpoint.GenerationFiles,
+    run_dir: Path | None,
+) -> dict[str, Any]:
+    """The contents of ``actor.json``."""
+    if market.feature_mean is None or market.feature_std is None:
+        raise ValueError("the market has no normalisation statistics")
+    lookback, num_assets, num_features = config.env.lookback, market.num_assets, market.num_features
+    train, validation, holdout = market.splits.train, market.splits.validation, market.splits.holdout
+
+    def span(days: range) -> list[str]:
+        return [market.dates[days.start], market.dates[days.stop - 1]]
+
+    return {
+        "format": ACTOR_FORMAT,
+        "format_version": ACTOR_FORMAT_VERSION,
+        "architecture": {
+            "network": "per-asset encoder shared by all assets, then an asset head and a cash head (see README.md)",
+            "window_size": lookback * num_features,
+            "encoder_hidden": config.model.encoder_hidden,
+            "embedding": config.model.embedding,
+            "head_hidden": config.model.head_hidden,
+            "tensors": {name: list(t.shape) for name, t in params.items()},
+            "linear_layout": "weight (in, out), bias (1, out): y = x @ weight + bias",
+        },
+        "tickers": list(market.tickers),
+        "feature_names": list(market.feature_names),
+        "feature_definitions": {name: FEATURE_DEFINITIONS.get(name, "") for name in market.feature_names},
+        "lookback": lookback,
+        "warmup_days": WARMUP_DAYS,
+        "observation": {
+            "windows": {
+                "shape": [num_assets, lookback * num_features],
+                "layout": "asset n (tickers order), then day-major: index d * K + k holds feature k of day "
+                "t - L + 1 + d (d = 0 oldest, d = L - 1 the decision day t), K = len(feature_names)",
+            },
+            "weights": {
+                "shape": [num_assets + 1],
+                "layout": "current portfolio weights, cash first, then the tickers in order; non-negative, sum 1; "
+                "a new portfolio is all cash [1, 0, ..., 0]; after a day they are the targets drifted with prices",
+            },
+        },
+        "action": {
+            "shape": [num_assets + 1],
+            "meaning": "target weights, cash first: softmax of the actor's logits; hold them from the close of t "
+            "to the close of t + 1",
+        },
+        "cost_rate": config.env.cost_rate,
+        "normalisation": {
+            "shape": [num_assets, num_features],
+            "mean": market.feature_mean.cpu().tolist(),
+            "std": market.feature_std.cpu().tolist(),
+            "clip": FEATURE_CLIP,
+            "formula": "normalised[n, k] = clip((raw[n, k] - mean[n, k]) / std[n, k], -clip, clip)",
+            "statistics_of": "the training range " + " to ".join(span(train)),
+        },
+        "dates": {
+            "first": market.dates[0],
+            "last": market.dates[-1],
+            "train": span(train),
+            "validation": span(validation),
+            "holdout": span(holdout),
+        },
+        "validation_score": state.get("champion_score"),
+        "champion_generation": state.get("champion_generation"),
+        "generation": gen.generation,
+        "source": {
+            "run_dir": None if run_dir is None else str(run_dir),
+            "run_name": config.checkpoint.run_name or (run_dir.name if run_dir is not None else None),
+            "generation_dir": str(gen.path),
+            "data": config.data.path or "bundled",
+            "market_fingerprint": state.get("market_fingerprint"),
+            "config": config.to_dict(),
+        },
+    }
+
+
+_FORWARD_CODE = '''\
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+
+def load_actor(folder):
+    """The actor's tensors (name -> tensor) and its spec (actor.json) from an export folder."""
+    folder = Path(folder)
+    return load_file(folder / "actor.safetensors"), json.loads((folder / "actor.json").read_text())
+
+
+def mlp(params, prefix, x, final_relu=False):
+    """Linear layers prefix.0, prefix.1, ... with ReLU between them; weights are (in, out), biases (1, out)."""
+    count = len({name.split(".")[-2] for name in params if name.startswith(prefix + ".")})
+    for i in range(count):
+        x = F.linear(x, params[f"{prefix}.{i}.weight"].T, params[f"{prefix}.{i}.bias"][0])
+        if i < count - 1 or final_relu:
+            x = F.relu(x)
+    return x
+
+
+def actor_logits(params, windows, weights):
+    """windows (..., N, L*K) normalised features, weights (..., N+1) cash first -> logits (..., N+1)."""
+    emb = mlp(params, "encoder.mlp.layers", windows, final_relu=True)  # (..., N, D), same encoder per asset
+    context = emb.mean(dim=-2, keepdim=True)  # (..., 1, D)
+    asset_in = torch.cat([emb, context.expand_as(emb), weights[..., 1:, None]], dim=-1)
+    asset_logits = mlp(params, "asset_head.layers", asset_in)[..., 0]  # (..., N)
+    cash_logit = mlp(params, "cash_head.layers", torch.cat([context[..., 0, :], weights[..., :1]], dim=-1))
+    return torch.cat([cash_logit, asset_logits], dim=-1)  # (..., N+1)
+
+
+def target_weights(params, windows, weights):
+    """The actor's action: target portfolio weights (..., N+1) on the simplex, cash first."""
+    return F.softmax(actor_logits(params, windows, weights), dim=-1)
+
+
+def normalise(raw, spec):
+    """Raw features (..., N, K) -> the normalised features the actor was trained on."""
+    norm = spec["normalisation"]
+    mean = torch.tensor(norm["mean"], dtype=raw.dtype)
+    std = torch.tensor(norm["std"], dtype=raw.dtype)
+    return ((raw - mean) / std).clamp(-norm["clip"], norm["clip"])
+
+
+def window(days):
+    """The last L days of normalised features (L, N, K), oldest first -> one observation window (N, L*K)."""
+    lookback, num_assets, num_features = days.shape
+    return days.permute(1, 0, 2).reshape(num_assets, lookback * num_features)
+'''
+
+_USAGE_CODE = """\
+params, spec = load_actor("{folder}")  # this folder
+raw = ...  # (L, N, K) float32 raw features of the last L days, oldest first, tickers and features in spec order
+weights = torch.zeros(len(spec["tickers"]) + 1)
+weights[0] = 1.0  # a new portfolio: all cash
+with torch.no_grad():
+    target = target_weights(params, window(normalise(raw, spec)), weights)  # (N+1,), cash first
+"""
+
+
+def readme_text(spec: dict[str, Any], folder_name: str) -> str:
+    """``README.md`` of an export: what the files are, the observation pipeline, and a forward pass in PyTorch."""
+    tickers = spec["tickers"]
+    num_assets, lookback = len(tickers), spec["lookback"]
+    num_features = len(spec["feature_names"])
+    arch = spec["architecture"]
+    features = "\n".join(f"* `{name}`: {text}" for name, text in spec["feature_definitions"].items())
+    source = spec["source"]
+    score = spec["validation_score"]
+    score_text = "n/a" if score is None else f"{score:+.4f}"
+    found = (
+        "equal weight: no agent's edge over it passed the selection test"
+        if spec["champion_generation"] == 0
+        else f"found in generation {spec['champion_generation']}"
+    )
+    return f"""# Exported ERL trader actor
+
+The champion of run `{source["run_name"]}` at generation {spec["generation"]} ({found}; validation score
+{score_text}: total log return over the validation range {spec["dates"]["validation"][0]} to
+{spec["dates"]["validation"][1]}, one episode from cash), trained on {num_assets} assets
+({", ".join(tickers)}) with data `{source["data"]}`.
+
+| file | what it holds |
+|---|---|
+| `actor.safetensors` | the actor's {len(arch["tensors"])} tensors; linear weights `(in, out)`, biases `(1, out)` |
+| `actor.json` | architecture, tickers, features, lookback, normalisation statistics, conventions, provenance |
+| `README.md` | this file |
+
+## Observation
+
+At the close of day `t` the actor sees:
+
+* `windows`, shape `({num_assets}, {lookback * num_features})`: for each asset (in `tickers` order) the last
+  {lookback} days (`lookback`) of its {num_features} features, oldest day first, flattened day-major: entry
+  `d * {num_features} + k` is feature `k` of day `t - {lookback - 1} + d`;
+* `weights`, shape `({num_assets + 1},)`: the portfolio's current weights, **cash first**, then the assets in
+  `tickers` order; a new portfolio is all cash `[1, 0, ..., 0]`.
+
+Raw features of day `t` use prices up to `t` only (`feature_names` order):
+
+{features}
+
+The exponential averages have no finite window: compute them from at least `warmup_days` ({spec["warmup_days"]})
+trading days before the first decision, as training did. Each raw feature is normalised per (asset, feature)
+with the statistics of the training range {spec["dates"]["train"][0]} to {spec["dates"]["train"][1]} in
+`actor.json["normalisation"]`: `clip((raw - mean) / std, -{spec["normalisation"]["clip"]}, \
+{spec["normalisation"]["clip"]})`.
+
+## Action
+
+`target_weights` returns the target weights, shape `({num_assets + 1},)`, cash first (a softmax of the logits).
+Rebalance to them at the close of `t` and hold to the close of `t + 1`; training charged
+`cost_rate` = {spec["cost_rate"]} per unit of turnover (the sum of absolute weight changes over the assets).
+
+## Running it with PyTorch
+
+Needs only `torch` and `safetensors`; nothing from the training project. Every function accepts any leading
+batch dimensions.
+
+```python
+{_FORWARD_CODE}```
+
+For one decision:
+
+```python
+{_USAGE_CODE.format(folder=folder_name)}```
+
+The architecture: one encoder MLP ({arch["window_size"]} → {arch["encoder_hidden"]} → {arch["embedding"]}, ReLU
+after each layer) embeds every asset's window with the same weights; the asset head maps
+[embedding, mean embedding over assets, the asset's current weight] → {arch["head_hidden"]} → 1 logit per asset;
+the cash head maps [mean embedding, cash weight] → {arch["head_hidden"]} → 1 logit.
+"""
+
+
+def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[str], None] = print) -> Path:
+    """Write the champion's actor of a checkpoint to ``out_dir`` (see the module docstring).
+
+    Raises:
+        InputError: ``out_dir`` exists and is not an empty folder, or the target cannot be read.
+        CheckpointError: The generation is damaged, has no champion, or the data it was trained on changed.
+        DataError: The data named in the checkpoint's config cannot be loaded.
+    """
+    out_dir = Path(out_dir).expanduser()
+    check_out_dir(out_dir)
+    with tempfile.TemporaryDirectory(prefix="erl-export-") as scratch:
+        return _export(locate(target, Path(scratch)), out_dir, log=log)
+
+
+def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> Path:
+    gen = located.gen
+    state, config, market = read_generation(located, refusal="cannot export from")
+    params = _champion(gen, config, config.env.lookback * market.num_features)
+    spec = actor_spec(config=config, market=market, params=params, state=state, gen=gen, run_dir=located.run_dir)
+
+    check_out_dir(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        (tmp / "actor.safetensors").write_bytes(safetensors.torch.save(params))
+        (tmp / "actor.json").write_text(json.dumps(spec, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(readme_text(spec, out_dir.name), encoding="utf-8")
+        if out_dir.is_dir():
+            out_dir.rmdir()  # empty (checked above); rename cannot replace a folder on every platform
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    score = spec["validation_score"]
+    found = "equal weight" if spec["champion_generation"] == 0 else f"found in generation {spec['champion_generation']}"
+    log(
+        f"exported the champion of {gen.path} ({found}, validation log return "
+        f"{'n/a' if score is None else format(score, '+.4f')}) to {out_dir}: {', '.join(FILES)}"
+    )
+    return out_dir
+
+
+def main(argv: Sequence[str]) -> int:
+    """``export``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
+    args = parse_command(
+        argv,
+        "export",
+        "Write a checkpoint's champion actor (safetensors, JSON spec, README with a PyTorch forward pass).",
+        ("target", {"help": TARGET_HELP}),
+        ("out_dir", {"help": "a new or empty folder for actor.safetensors, actor.json and README.md"}),
+    )
+    export_champion(args.target, args.out_dir)
+    return 0

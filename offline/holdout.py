@@ -1,0 +1,175 @@
+"""Out-of-sample evaluation: the champion against the obvious alternatives, on the same windows and costs.
+
+A range (validation or holdout) is run as one episode, the way validation scores the champion during training:
+every strategy starts in cash on the decision day before the range's first day and trades every day of it.
+Every strategy runs in one ``VectorPortfolioEnv`` (one agent slot each), so all of them see the same days, pay
+the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
+
+* ``champion``: the run's champion actor, deterministic (no exploration noise); equal weight when no agent
+  proved an edge (``training.selection``).
+* ``untrained``: the population's initial agents (the run's seed, before any training), the one that scores best on
+  the validation range: what selection would have crowned with no learning at all. The difference to
+  ``champion`` is what training bought.
+* ``equal_weight``: 1/N in every asset, rebalanced to it every day.
+* ``buy_and_hold``: 1/N in every asset on the first day, then left to drift.
+* ``cash``: never invests (zero return, zero risk: the floor).
+* ``index``: the data set's benchmark index (the bundled data has the S&P 500), held without costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from config import Config
+from environment.kernel import cash_weights
+from environment.market import Market
+from environment.vector_env import VectorPortfolioEnv
+from models.networks import Actor
+from models.population import Population
+from offline.risk import RiskMetrics, risk_metrics
+from training.streams import make_generators
+
+POLICY_STRATEGIES = ("champion", "untrained")
+"""Strategies driven by an actor."""
+RULE_STRATEGIES = ("equal_weight", "buy_and_hold", "cash")
+"""Strategies driven by a fixed rule."""
+INDEX = "index"
+RANGES = ("validation", "holdout")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One strategy's days on one range."""
+
+    log_returns: np.ndarray
+    """(D,) daily log growth net of costs."""
+    turnover: np.ndarray
+    """(D,) traded fraction of the portfolio each day."""
+    costs: np.ndarray
+    """(D,) costs each day as a fraction of the portfolio's value before the trade."""
+    weights: np.ndarray | None
+    """(D, N + 1) target weights held each day, cash first (None for the index)."""
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    name: str
+    """'validation' or 'holdout'."""
+    dates: list[str]
+    """(D,) the day each return is earned (the close it is measured at)."""
+    window_starts: list[str]
+    """The first decision day (the episode starts in cash at its close)."""
+    traces: dict[str, Trace]
+    metrics: dict[str, RiskMetrics]
+
+
+def untrained_actor(config: Config, window_size: int, device: torch.device) -> Actor:
+    """The run's population as its seed initialised it, before any training: the whole population as one actor."""
+    population = Population(
+        config.evolution.popsize,
+        window_size,
+        config.model,
+        actor_lr=config.ddpg.actor_lr,
+        critic_lr=config.ddpg.critic_lr,
+        exploration=(config.ddpg.exploration_min, config.ddpg.exploration_max),
+        device=device,
+        generator=make_generators(config.runtime.seed, device)["init"],
+    )
+    return population.actor
+
+
+@torch.no_grad()
+def run_range(
+    market: Market,
+    actors: dict[str, Actor],
+    days: range,
+    *,
+    name: str,
+    lookback: int,
+    cost_rate: float,
+) -> RangeResult:
+    """Every actor (one agent each) and every rule on the days of ``days``, as one episode from cash.
+
+    Raises:
+        ValueError: ``days`` is empty or its first decision would lack a full lookback window.
+    """
+    if len(days) == 0 or days.start - 1 < lookback - 1:
+        raise ValueError(f"the {name} range has no day that a full lookback window of {lookback} days can trade")
+    starts = [days.start - 1]
+    episode_days = len(days)
+    strategies = [*actors, *RULE_STRATEGIES]
+    slots = {strategy: i for i, strategy in enumerate(strategies)}
+    n = market.num_assets
+    env = VectorPortfolioEnv(
+        market,
+        num_agents=len(strategies),
+        num_episodes=len(starts),
+        episode_days=episode_days,
+        lookback=lookback,
+        cost_rate=cost_rate,
+    )
+    device = market.device
+    equal = torch.full((len(starts), n + 1), 1.0 / n, device=device)
+    equal[:, 0] = 0.0
+    cash = cash_weights((len(starts),), n, device=device)
+    held = torch.zeros(len(strategies), len(starts), episode_days, n + 1, device=device)
+
+    obs = env.reset(torch.tensor(starts, device=device))
+    while obs is not None:
+        step = env.step_index
+        windows = obs.windows.unsqueeze(0)
+        actions = torch.empty(len(strategies), len(starts), n + 1, device=device)
+        for strategy, actor in actors.items():
+            i = slots[strategy]
+            actions[i] = actor(windows, obs.weights[i : i + 1])[0]
+        actions[slots["equal_weight"]] = equal
+        actions[slots["buy_and_hold"]] = equal if step == 0 else obs.weights[slots["buy_and_hold"]]
+        actions[slots["cash"]] = cash
+        held[:, :, step] = actions
+        _, obs = env.step(actions)
+
+    def series(tensor: torch.Tensor) -> np.ndarray:  # (S, W, D, ...) -> (S, W * D, ...), windows in time order
+        return tensor.reshape(tensor.shape[0], -1, *tensor.shape[3:]).double().cpu().numpy()
+
+    rewards, turnover, weights = series(env.rewards_per_episode), series(env.turnover_per_episode), series(held)
+    traces = {
+        strategy: Trace(rewards[i], turnover[i], cost_rate * turnover[i], weights[i]) for strategy, i in slots.items()
+    }
+    earned = [start + 1 + k for start in starts for k in range(episode_days)]
+    if market.benchmark is not None:
+        index_returns = torch.log(market.benchmark[torch.tensor(earned, device=device)]).double().cpu().numpy()
+        zeros = np.zeros_like(index_returns)
+        traces[INDEX] = Trace(index_returns, zeros, zeros, None)
+    metrics = {
+        strategy: risk_metrics(trace.log_returns, turnover=trace.turnover, costs=trace.costs)
+        for strategy, trace in traces.items()
+    }
+    return RangeResult(
+        name=name,
+        dates=[market.dates[day] for day in earned],
+        window_starts=[market.dates[start] for start in starts],
+        traces=traces,
+        metrics=metrics,
+    )
+
+
+def evaluate(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
+    """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
+    env = config.env
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate}
+    window_size = env.lookback * market.num_features
+    population = untrained_actor(config, window_size, market.device)
+    # The untrained agent is chosen the way the champion is: by its validation score.
+    scores = run_range(
+        market,
+        {f"agent{i}": population.agent(i) for i in range(population.popsize)},
+        market.splits.validation,
+        name="validation",
+        **settings,
+    )
+    best = max(range(population.popsize), key=lambda i: float(scores.traces[f"agent{i}"].log_returns.sum()))
+    actors = {"champion": champion.requires_grad_(False), "untrained": population.agent(best)}
+    return {name: run_range(market, actors, getattr(market.splits, name), name=name, **settings) for name in RANGES}

@@ -1,0 +1,591 @@
+"""``python main.py inspect TARGET [--json] [--plot FILE]``: what a checkpoint holds, without training.
+
+TARGET is a run folder or one generation's folder (``RUN/gen-000012``). For a run folder the report is about its
+newest *intact* generation: generation folders are checked newest first (manifest, sizes, then every file's
+SHA-256, by streaming) until one passes; the newer ones that failed are listed as broken, the older ones only
+get the cheap completeness check. Everything runs on the CPU and nothing is trained. The replay ring is hashed
+but never read into memory; of the tensors only ``population.safetensors`` is parsed, after its hash is checked.
+
+Exit status, and what is printed:
+
+* 0: the reported generation is intact. Broken or incomplete newer folders of a run are listed in the report
+  (``broken_generations``), but a run whose newest intact generation could be reported is not an error.
+* 2, one line on stderr and nothing on stdout (``--json`` included): bad input with nothing to report. The target
+  is missing, is neither a run folder nor a generation folder (locally or in a bucket), a
+  generation folder's manifest is missing, unreadable or of another format version, or a run folder has no
+  complete generation; also bad flags and an unwritable ``--plot`` file.
+* 2, with the full report: the reported generation has a valid manifest but is damaged (a file missing,
+  truncated, corrupt, or not named in the manifest), either because it was given directly or because every
+  complete generation of the run is damaged. The report says ``complete: no`` (``"complete": false``), lists the
+  problems, and shows whatever the files that still verify hold (``params_sha256`` is null if the population
+  file is damaged).
+
+Reading goes through ``locate`` (a target → a local generation to read) and ``persistence.checkpoint``'s verified
+readers; a ``gs://`` target is first mirrored into a temporary folder, all but the replay ring, whose size is
+checked in the bucket instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.replay import holds_the_ring
+from offline.plots import plot_history
+from persistence import checkpoint, remote
+from persistence.jsonl import finite_or_null
+from persistence.state_document import history_problem, state_problem
+from utils.cli import parse_command
+from utils.errors import CheckpointError, InputError
+from utils.telemetry import format_bytes
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 2
+
+PARAMETER_PREFIXES: tuple[str, ...] = ("actor.", "critic.", "actor_target.", "critic_target.", "champion.")
+"""Population tensors that are network parameters (``params_sha256`` hashes these and nothing else)."""
+
+HISTORY_ROWS = 20
+"""Most rows of the human history table; longer histories are elided in the middle."""
+
+_LABEL = 12  # width of the human report's left column
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Finding the generation to report
+
+
+@dataclass(frozen=True)
+class Located:
+    """The generation a target resolves to, and what was found on the way.
+
+    Attributes:
+        gen: The generation to report (its manifest is valid; its files may not be).
+        run_dir: The run folder, or None for a generation folder outside one.
+        file_problems: every file → None if it verifies, else the problem (``checkpoint.file_problems``, and for
+            the JSON documents, what is wrong with their contents).
+        complete_generations: Generations found complete, ascending: for a run folder, the reported one if intact and
+            the older complete ones (sizes checked, not hashed); for a generation folder, itself if intact.
+        broken: Generation folders of the run that are incomplete or damaged: ``{generation, folder, problems}``.
+        is_run: Whether the target was a run folder (else one generation's folder).
+        in_bucket: Files of a gs:// target left in the bucket (their size checked there, not downloaded).
+    """
+
+    gen: checkpoint.GenerationFiles
+    run_dir: Path | None
+    file_problems: dict[str, str | None]
+    complete_generations: list[int]
+    broken: list[dict[str, Any]]
+    is_run: bool
+    in_bucket: tuple[str, ...] = ()
+
+    @property
+    def problems(self) -> list[str]:
+        return [problem for problem in self.file_problems.values() if problem is not None]
+
+
+def resolve_target(target: str | Path) -> Path:
+    """The local folder a target names; InputError for locations this version cannot read."""
+    text = str(target)
+    if "://" in text:
+        raise InputError(f"{text}: expected a local run or generation folder")
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: no such file or folder")
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a run folder or a generation folder")
+    return path
+
+
+def _is_generation_folder(path: Path) -> bool:
+    return checkpoint.parse_dirname(path.name) is not None or (path / checkpoint.MANIFEST_NAME).exists()
+
+
+def _run_of(gen_dir: Path) -> Path | None:
+    parent = gen_dir.parent
+    return parent if (parent / "config.json").is_file() else None
+
+
+TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folder"
+"""The help of the TARGET of ``inspect`` and ``export``."""
+
+
+def left_in_bucket(name: str) -> bool:
+    """What a gs:// target never downloads: the replay ring's files (nothing inspect or export reports needs them)."""
+    return holds_the_ring(name)
+
+
+def locate(target: str | Path, scratch: Path | None = None) -> Located:
+    """Resolve a run or generation folder to the generation to report (see the module docstring).
+
+    A ``gs://`` target (a run or a generation in a bucket) is first mirrored into ``scratch``, without
+    the files ``left_in_bucket`` names.
+
+    Raises:
+        InputError: A location this version cannot read.
+        CheckpointError: Nothing to report: no such folder, not a checkpoint, no valid manifest, or a run folder
+            without a complete generation.
+    """
+    if str(target).startswith("gs://"):
+        if scratch is None:
+            raise ValueError("a gs:// target needs a scratch folder")
+        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=left_in_bucket)
+        located = locate(gen_dir)
+        problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
+        is_run = checkpoint.parse_dirname(str(target).rstrip("/").rsplit("/", 1)[-1]) is None
+        intact = [located.gen.generation] if not any(problems.values()) else []
+        return dataclasses.replace(
+            located, file_problems=problems, in_bucket=in_bucket, is_run=is_run, complete_generations=intact
+        )
+    path = resolve_target(target)
+    if _is_generation_folder(path):
+        gen = checkpoint.read_manifest(path)
+        problems = _problems(gen)
+        intact = all(problem is None for problem in problems.values())
+        return Located(gen, _run_of(path), problems, [gen.generation] if intact else [], [], is_run=False)
+
+    folders = checkpoint.generation_folders(path)
+    if not folders and not (path / "config.json").is_file():
+        raise CheckpointError(
+            f"{path} is neither a run folder (config.json, gen-NNNNNN folders) nor a generation folder (manifest.json)"
+        )
+    chosen: tuple[checkpoint.GenerationFiles, dict[str, str | None]] | None = None
+    damaged: list[tuple[checkpoint.GenerationFiles, dict[str, str | None]]] = []
+    complete: list[int] = []
+    broken: list[dict[str, Any]] = []
+    for generation, folder in folders:  # newest first
+        try:
+            gen = checkpoint.open_generation(folder)  # manifest and sizes: cheap
+        except CheckpointError as error:
+            broken.append({"generation": generation, "folder": folder.name, "problems": [str(error)]})
+            continue
+        if chosen is not None:
+            complete.append(generation)  # older than the reported one: not hashed
+            continue
+        problems = _problems(gen)
+        if any(problem is not None for problem in problems.values()):
+            damaged.append((gen, problems))
+            broken.append(
+                {"generation": generation, "folder": folder.name, "problems": [p for p in problems.values() if p]}
+            )
+        else:
+            chosen = (gen, problems)
+            complete.append(generation)
+    if chosen is None and damaged:
+        chosen = damaged[0]  # every complete generation is damaged: report the newest, as incomplete
+        broken = [b for b in broken if b["generation"] != chosen[0].generation]
+    if chosen is None:
+        reason = f": newest folder {broken[0]['folder']}: {broken[0]['problems'][0]}" if broken else ""
+        raise CheckpointError(f"no complete checkpoint generation in {path}{reason}")
+    broken.sort(key=lambda b: b["generation"])
+    return Located(chosen[0], path, chosen[1], sorted(complete), broken, is_run=True)
+
+
+def _problems(gen: checkpoint.GenerationFiles) -> dict[str, str | None]:
+    """``checkpoint.file_problems``, and for JSON documents that verify, what is wrong with their contents."""
+    problems = checkpoint.file_problems(gen)
+    checks = {"state": lambda document: state_problem(document, gen.generation), "history": history_problem}
+    for name, check in checks.items():
+        file_name = f"{name}.json"
+        if file_name not in problems or problems[file_name] is not None:
+            continue
+        try:
+            problem = check(checkpoint.read_document(gen, name))
+        except CheckpointError as error:
+            problems[file_name] = str(error)
+            continue
+        if problem is not None:
+            problems[file_name] = f"{gen.path / file_name} {problem}"
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the generation holds
+
+
+def params_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every network parameter of a population checkpoint, as a lowercase hex string.
+
+    Exactly: take the keys of ``tensors`` that start with ``actor.``, ``critic.``, ``actor_target.``,
+    ``critic_target.`` or ``champion.`` (so no optimiser moments, ``actor_optim.*`` / ``critic_optim.*``, and no
+    ``exploration_stdev``), sort them as Python ``str`` (by code point), and for each key feed the SHA-256 first
+    the key's UTF-8 bytes, then the tensor's raw element bytes: the CPU tensor, contiguous, in row-major order,
+    each element in little-endian byte order (the bytes safetensors stores). No separators, shapes or dtypes
+    are hashed.
+
+    Args:
+        tensors: The ``population`` tensor group of a checkpoint (``Population.state_tensors()`` keys).
+    """
+    digest = hashlib.sha256()
+    for key in sorted(k for k in tensors if k.startswith(PARAMETER_PREFIXES)):
+        digest.update(key.encode("utf-8"))
+        digest.update(_little_endian_bytes(tensors[key]))
+    return digest.hexdigest()
+
+
+def _little_endian_bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    if sys.byteorder == "big" and flat.element_size() > 1:
+        flat = flat.view(torch.uint8).reshape(-1, flat.element_size()).flip(1).reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def _read_document(gen: checkpoint.GenerationFiles, name: str, located: Located, notes: list[str]) -> Any:
+    """A verified document, or None (with a note unless its file's problem is already listed)."""
+    if f"{name}.json" not in gen.manifest["files"]:
+        notes.append(f"{gen.path} has no {name}.json")
+        return None
+    if located.file_problems.get(f"{name}.json") is not None:
+        return None
+    try:
+        return checkpoint.read_document(gen, name)
+    except CheckpointError as error:
+        notes.append(str(error))
+        return None
+
+
+def _read_population(located: Located, notes: list[str]) -> dict[str, torch.Tensor] | None:
+    gen = located.gen
+    if "population.safetensors" not in gen.manifest["files"]:
+        notes.append(f"{gen.path} has no population.safetensors")
+        return None
+    if located.file_problems.get("population.safetensors") is not None:
+        return None
+    try:
+        return checkpoint.read_tensors(gen, "population")  # never "replay": it can be gigabytes
+    except CheckpointError as error:
+        notes.append(str(error))
+        return None
+
+
+def _run_config(located: Located, state: Any, notes: list[str]) -> dict[str, Any] | None:
+    if isinstance(state, dict) and isinstance(state.get("config"), dict):
+        return state["config"]
+    if located.run_dir is None:
+        return None
+    path = located.run_dir / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        notes.append(f"cannot read {path}: {error}")
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _population_summary(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    popsize = tensors["exploration_stdev"].shape[0] if "exploration_stdev" in tensors else None
+    if popsize is None:
+        popsize = next((t.shape[0] for k, t in tensors.items() if k.startswith("actor.")), 0)
+
+    def per_agent(prefix: str) -> int:
+        total = sum(t.numel() for k, t in tensors.items() if k.startswith(prefix))
+        return total // popsize if popsize else 0
+
+    actor, critic = per_agent("actor."), per_agent("critic.")
+    return {
+        "popsize": int(popsize),
+        "actor_parameters_per_agent": actor,
+        "critic_parameters_per_agent": critic,
+        "parameters_per_agent": actor + critic,
+    }
+
+
+def _section(config: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    section = (config or {}).get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, Any]:
+    """Everything ``inspect`` reports about a target, as a JSON-native dict (the ``--json`` object).
+
+    Raises:
+        InputError, CheckpointError: As ``locate``.
+    """
+    located = locate(target, scratch)
+    gen = located.gen
+    notes: list[str] = []
+    state = _read_document(gen, "state", located, notes)
+    state = state if isinstance(state, dict) else {}
+    history = _read_document(gen, "history", located, notes)
+    rows = [row for row in history if isinstance(row, dict)] if isinstance(history, list) else []
+    tensors = _read_population(located, notes)
+    config = _run_config(located, state, notes)
+
+    last = rows[-1] if rows else {}
+    champion_score = state.get("champion_score", last.get("champion_score"))
+    champion_generation = state.get("champion_generation", last.get("champion_generation"))
+    data, checkpoint_cfg = _section(config, "data"), _section(config, "checkpoint")
+    tickers = state.get("tickers") or data.get("tickers") or []
+    population = None
+    if tensors is not None:
+        population = _population_summary(tensors)
+        for key in ("best_fitness", "mean_fitness", "worst_fitness", "validation_best", "validation_mean"):
+            population[key] = _number(last.get(key))
+
+    files: dict[str, dict[str, Any]] = {}
+    for name, problem in located.file_problems.items():
+        entry = gen.manifest["files"].get(name)
+        if entry is None:
+            try:
+                size = (gen.path / name).lstat().st_size
+            except OSError:
+                size = None
+            files[name] = {"size": size, "sha256": None, "verified": False, "problem": problem}
+        else:
+            files[name] = {"size": entry["size"], "sha256": entry["sha256"], "verified": problem is None}
+            files[name]["problem"] = problem
+            if name in located.in_bucket:  # size checked in the bucket; hashing it would mean downloading it
+                files[name].update(verified=None, where="bucket")
+
+    run_dir = located.run_dir
+    report = {
+        "target": str(target),
+        "target_kind": "run" if located.is_run else "generation",
+        "run_dir": None if run_dir is None else str(run_dir),
+        "run_name": checkpoint_cfg.get("run_name") or (run_dir.name if run_dir is not None else None),
+        "generation_dir": str(gen.path),
+        "generation": gen.generation,
+        "format_version": gen.manifest["format_version"],
+        "complete": not located.problems,
+        "problems": located.problems + notes,
+        "complete_generations": located.complete_generations,
+        "broken_generations": located.broken,
+        "params_sha256": None if tensors is None else params_sha256(tensors),
+        "champion_score": _number(champion_score),
+        "champion_generation": champion_generation,
+        "population": population,
+        "data": {
+            "path": None if config is None else data.get("path") or "bundled",
+            "tickers": list(tickers),
+            "start": data.get("start") or None,
+            "end": data.get("end") or None,
+            "splits": state.get("splits"),
+            "market_fingerprint": state.get("market_fingerprint"),
+        },
+        "fitness_history": [
+            {
+                "generation": row.get("generation"),
+                "best": _number(row.get("best_fitness")),
+                "mean": _number(row.get("mean_fitness")),
+                "worst": _number(row.get("worst_fitness")),
+            }
+            for row in rows
+        ],
+        "validation_history": [
+            {
+                "generation": row.get("generation"),
+                "best": _number(row.get("validation_best")),
+                "mean": _number(row.get("validation_mean")),
+                "champion_score": _number(row.get("champion_score")),
+                "champion_generation": row.get("champion_generation"),
+            }
+            for row in rows
+        ],
+        "files": files,
+        "config": config,
+        "plot": None,
+    }
+    if located.in_bucket or str(target).startswith("gs://"):  # name the bucket, not the temporary mirror
+        run_uri = str(target).rstrip("/")
+        if not located.is_run:
+            run_uri = run_uri.rsplit("/", 1)[0]
+        report["run_dir"] = run_uri
+        report["generation_dir"] = f"{run_uri}/{gen.path.name}"
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Output
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """The fitness and validation history of a report as a PNG (see ``offline.plots.plot_history``)."""
+    fitness, validation = report["fitness_history"], report["validation_history"]
+    try:
+        plot_history(
+            path,
+            generations=[row["generation"] for row in fitness],
+            best_fitness=[row["best"] for row in fitness],
+            mean_fitness=[row["mean"] for row in fitness],
+            worst_fitness=[row["worst"] for row in fitness],
+            validation_best=[row["best"] for row in validation],
+            champion_score=[row["champion_score"] for row in validation],
+            title=f"run {report['run_name'] or report['generation_dir']}, generation {report['generation']}",
+        )
+    except OSError as error:
+        raise InputError(f"cannot write the plot {path}: {error.strerror or error}") from None
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.4f}"
+
+
+def format_history(report: dict[str, Any], *, max_rows: int = HISTORY_ROWS) -> list[str]:
+    """The history table: a header, then one line per generation; the middle elided beyond ``max_rows`` rows."""
+    header = ("gen", "best fitness", "mean fitness", "worst fitness", "validation best", "champion")
+    widths = [max(6, len(h)) for h in header]
+    rows = [
+        (
+            str(f["generation"]),
+            *(_signed(x) for x in (f["best"], f["mean"], f["worst"], v["best"], v["champion_score"])),
+        )
+        for f, v in zip(report["fitness_history"], report["validation_history"])
+    ]
+    if not rows:
+        return ["(no history)"]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    if len(rows) > max_rows:
+        head = (max_rows - 1) // 2 + (max_rows - 1) % 2
+        tail = max_rows - 1 - head
+        elided = len(rows) - head - tail
+        shown: list[tuple[str, ...] | None] = [*rows[:head], None, *rows[-tail:]] if tail else [*rows[:head], None]
+    else:
+        shown, elided = list(rows), 0
+    for row in shown:
+        if row is None:
+            lines.append(f"{'…':>{widths[0]}}  ({elided} generations not shown)")
+        else:
+            lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    return lines
+
+
+def _line(label: str, text: str) -> str:
+    return f"{label:<{_LABEL}}{text}"
+
+
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human form of a report: aligned, one fact per line, ending with ``complete: yes`` or ``complete: no``."""
+    lines: list[str] = []
+    config = report["config"] or {}
+    run = report["run_name"] or "(no run folder)"
+    lines.append(_line("run", f"{run}  {report['run_dir'] or ''}".rstrip()))
+    complete = report["complete_generations"]
+    lines.append(
+        _line(
+            "generation",
+            f"{report['generation']}  {report['generation_dir']}"
+            + (f"  (complete generations: {', '.join(map(str, complete))})" if report["target_kind"] == "run" else ""),
+        )
+    )
+    data = report["data"]
+    tickers = data["tickers"]
+    shown = " ".join(tickers[:8]) + (" …" if len(tickers) > 8 else "")
+    splits = data.get("splits")
+    if splits:  # the dates the run actually trained, validated and held out
+        span = ", ".join(f"{name} {first}..{last}" for name, (first, last) in splits.items())
+    else:
+        span = f"from {data['start'] or 'the first date'} to {data['end'] or 'the last date'}"
+    lines.append(_line("data", f"{data['path'] or 'unknown'}, {len(tickers)} tickers ({shown}), {span}"))
+    sections = {name: _section(config, name) for name in ("evolution", "rollout", "evaluation", "env", "runtime")}
+    settings = [
+        ("popsize", sections["evolution"].get("popsize")),
+        ("episodes", (sections["rollout"] or sections["evaluation"]).get("episodes")),  # renamed; old runs too
+        ("lookback", sections["env"].get("lookback")),
+        ("episode_days", sections["env"].get("episode_days")),
+        ("fitness", sections["evolution"].get("fitness")),
+        ("device", sections["runtime"].get("device")),
+    ]
+    lines.append(_line("config", ", ".join(f"{k} {'n/a' if v is None else v}" for k, v in settings)))
+
+    lines.append("")
+    lines.append("history")
+    lines.extend("  " + line for line in format_history(report))
+    lines.append("")
+
+    score, found = report["champion_score"], report["champion_generation"]
+    if score is None:
+        champion = "none yet"
+    elif found == 0:
+        champion = f"equal weight (no agent's edge passed the selection test), validation score {score:+.4f}"
+    else:
+        champion = f"validation score {score:+.4f}, found in generation {found}"
+    lines.append(_line("champion", champion))
+    population = report["population"]
+    if population is None:
+        lines.append(_line("population", "n/a (population file unreadable)"))
+    else:
+        lines.append(
+            _line(
+                "population",
+                f"{population['popsize']} agents x {_count(population['parameters_per_agent'])} parameters "
+                f"(actor {_count(population['actor_parameters_per_agent'])} + critic "
+                f"{_count(population['critic_parameters_per_agent'])}; targets and Adam moments not counted)",
+            )
+        )
+        lines.append(
+            _line(
+                "",
+                f"last generation: fitness best {_signed(population['best_fitness'])} "
+                f"mean {_signed(population['mean_fitness'])} worst {_signed(population['worst_fitness'])}, "
+                f"validation best {_signed(population['validation_best'])} "
+                f"mean {_signed(population['validation_mean'])}",
+            )
+        )
+    lines.append(_line("parameters", f"sha256 {report['params_sha256'] or 'n/a'}"))
+
+    lines.append("")
+    lines.append(f"files of {Path(report['generation_dir']).name} (size, SHA-256 verified)")
+    names = list(report["files"])
+    name_width = max((len(n) for n in names), default=4)
+    sizes = {n: "?" if f["size"] is None else format_bytes(f["size"]) for n, f in report["files"].items()}
+    size_width = max((len(s) for s in sizes.values()), default=1)
+    for name, entry in report["files"].items():
+        verified = {True: "yes", False: "no", None: "- (left in the bucket, size checked)"}[entry["verified"]]
+        lines.append(f"  {name:<{name_width}}  {sizes[name]:>{size_width}}  verified {verified}")
+    for broken in report["broken_generations"]:
+        lines.append(_line("broken", f"{broken['folder']}: {broken['problems'][0]}"))
+        lines.extend(_line("", problem) for problem in broken["problems"][1:])
+    if report["problems"]:
+        lines.append("problems")
+        lines.extend(f"  {problem}" for problem in report["problems"])
+    if report["plot"]:
+        lines.append(_line("plot", report["plot"]))
+    lines.append(f"complete: {'yes' if report['complete'] else 'no'}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: Sequence[str]) -> int:
+    """``inspect``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
+    args = parse_command(
+        argv,
+        "inspect",
+        "Report a checkpoint (a run folder or one generation folder) without training. "
+        "Exit status 0 when the reported generation is intact, 2 on bad input or a damaged generation.",
+        ("target", {"help": TARGET_HELP}),
+        ("--json", {"action": "store_true", "help": "print one JSON object instead of the text report"}),
+        ("--plot", {"metavar": "FILE", "help": "also write the fitness and validation history as a PNG"}),
+    )
+    plot = None if args.plot is None else Path(args.plot).expanduser()
+    if plot is not None and not plot.parent.is_dir():
+        raise InputError(f"cannot write the plot {plot}: no folder {plot.parent}")
+    with tempfile.TemporaryDirectory(prefix="erl-inspect-") as scratch:
+        report = build_report(args.target, Path(scratch))
+    if plot is not None:
+        write_plot(report, plot)
+        report["plot"] = str(plot)
+    if args.json:
+        print(json.dumps(finite_or_null(report), indent=2, allow_nan=False))
+    else:
+        print(format_report(report))
+    return EXIT_OK if report["complete"] else EXIT_INCOMPLETE

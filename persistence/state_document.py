@@ -1,0 +1,106 @@
+"""What a generation's ``state.json`` and ``history.json`` hold: the state document built from one list of keys,
+and checked against it before anything reads a value.
+
+The manifest's hashes prove the files are the ones written, not that whoever wrote them wrote the right types:
+a hand-edited or foreign checkpoint with ``"generation": "7"`` or ``"champion_score": [1]`` must be one line
+naming the key, not a traceback in the middle of a restore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persistence import checkpoint
+from utils.errors import CheckpointError
+
+_INT = (int,)
+_NUMBER = (int, float)
+STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    # key: (accepted JSON types, may be null)
+    "format_version": (_INT, False),
+    "generation": (_INT, False),
+    "champion_score": (_NUMBER, True),
+    "champion_generation": (_INT, False),
+    "champion_edge": (_NUMBER, False),
+    "actor_optim_steps": (_INT, False),
+    "critic_optim_steps": (_INT, False),
+    "replay_pos": (_INT, False),
+    "replay_size": (_INT, False),
+    "market_fingerprint": ((str,), False),
+    "tickers": ((list,), False),
+    "splits": ((dict,), False),
+    "config": ((dict,), False),
+}
+"""Every key the trainer writes and a resume reads, with its type."""
+OPTIONAL_TYPES: dict[str, type] = {"device": dict}
+"""Keys that checkpoints of earlier versions lack; when present, they must have this type."""
+
+
+def build_state(**values: Any) -> dict[str, Any]:
+    """A state document of this format version: every key of ``STATE_TYPES`` (but the version) and of
+    ``OPTIONAL_TYPES``, in that order, so the keys a checkpoint holds are listed in one place.
+
+    Raises:
+        ValueError: a key is missing or unknown (a writer out of step with the reader).
+    """
+    order = [*STATE_TYPES, *OPTIONAL_TYPES]
+    expected = set(order) - {"format_version"}
+    if set(values) != expected:
+        missing, unknown = sorted(expected - set(values)), sorted(set(values) - expected)
+        raise ValueError(f"state document keys: missing {missing}, unknown {unknown}")
+    values = {"format_version": checkpoint.FORMAT_VERSION, **values}
+    return {key: values[key] for key in order}
+
+
+def state_problem(state: Any, generation: int) -> str | None:
+    """What is wrong with the state document of generation ``generation`` (its folder's number), or None."""
+    if not isinstance(state, dict):
+        return f"is a JSON {type(state).__name__}, not an object"
+    for key, (types, nullable) in STATE_TYPES.items():
+        if key not in state:
+            return f"has no {key!r}"
+        value = state[key]
+        if value is None and nullable:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):  # JSON true is not a count
+            expected = " or ".join(t.__name__ for t in types) + (" or null" if nullable else "")
+            return f"{key!r} is {value!r:.40}, not {expected}"
+        if types is _INT and value < 0:
+            return f"{key!r} is {value}, not >= 0"
+    for key, kind in OPTIONAL_TYPES.items():
+        if key in state and not isinstance(state[key], kind):
+            return f"{key!r} is {state[key]!r:.40}, not {kind.__name__}"
+    if state["generation"] != generation:
+        return f"says generation {state['generation']}, but its folder is generation {generation}"
+    if state["champion_generation"] > generation:
+        return f"names champion generation {state['champion_generation']}, after generation {generation}"
+    if not all(isinstance(ticker, str) for ticker in state["tickers"]):
+        return "'tickers' holds a value that is not a string"
+    return None
+
+
+def history_problem(history: Any) -> str | None:
+    """What is wrong with a history document (a list of metrics rows, one object per generation), or None."""
+    if not isinstance(history, list):
+        return f"is a JSON {type(history).__name__}, not a list of rows"
+    for index, row in enumerate(history):
+        if not isinstance(row, dict):
+            return f"row {index} is a JSON {type(row).__name__}, not an object"
+        if isinstance(row.get("generation"), bool) or not isinstance(row.get("generation"), int):
+            return f"row {index} has no integer 'generation'"
+    return None
+
+
+def read_state(files: checkpoint.GenerationFiles) -> dict[str, Any]:
+    """The generation's verified state document, after checking both documents; a CheckpointError names the file."""
+    folder = checkpoint.parse_dirname(files.path.name)
+    if folder is not None and folder != files.generation:
+        raise CheckpointError(f"{files.path / checkpoint.MANIFEST_NAME} says generation {files.generation}")
+    state = checkpoint.read_document(files, "state")
+    problem = state_problem(state, files.generation)
+    if problem is not None:
+        raise CheckpointError(f"{files.path / 'state.json'} {problem}")
+    problem = history_problem(checkpoint.read_document(files, "history"))
+    if problem is not None:
+        raise CheckpointError(f"{files.path / 'history.json'} {problem}")
+    return state

@@ -1,0 +1,303 @@
+"""The trainer end to end: smoke preset, determinism, resume, learning, invariants across generations."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import main
+from config import override, preset
+from environment.vector_env import VectorPortfolioEnv
+from persistence import checkpoint
+from tests.run_checks import deterministic, rows, state_digest
+from tests.synthetic import momentum_prices
+from training.loop import Trainer
+from training.rollout import validate
+from training.runs import start_run
+
+REQUIRED_KEYS = {
+    "generation",
+    "best_fitness",
+    "mean_fitness",
+    "worst_fitness",
+    "champion_score",
+    "env_steps_per_s",
+    "generation_s",
+}
+
+
+def run_main(*args: str) -> int:
+    return main.main([*args, "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> Path:
+    """Three smoke runs of the same seed: a (3 generations), b (3 generations), c (2, then resumed to 3)."""
+    root = tmp_path_factory.mktemp("runs")
+    common = ["--preset", "smoke", "--checkpoint-uri", str(root), "--seed", "7"]
+    assert run_main(*common, "--run-name", "a") == 0
+    assert run_main(*common, "--run-name", "b") == 0
+    assert run_main(*common, "--run-name", "c", "--generations", "2") == 0
+    assert run_main("--checkpoint-uri", str(root), "--run-name", "c", "--resume", "--generations", "3") == 0
+    return root
+
+
+def test_smoke_preset_runs_three_generations(smoke_runs):
+    run_dir = smoke_runs / "a"
+    metrics = rows(run_dir)
+    assert [row["generation"] for row in metrics] == [1, 2, 3]
+    for row in metrics:
+        assert set(row) >= REQUIRED_KEYS
+        assert all(math.isfinite(row[key]) for key in REQUIRED_KEYS)
+        assert row["worst_fitness"] <= row["mean_fitness"] <= row["best_fitness"]
+    assert checkpoint.complete_generations(run_dir) == [1, 2, 3]
+    assert (run_dir / "LATEST").read_text().strip() == "gen-000003"
+    assert json.loads((run_dir / "config.json").read_text())["runtime"]["seed"] == 7
+
+
+def test_same_seed_gives_identical_metrics_and_parameters(smoke_runs):
+    a, b = smoke_runs / "a", smoke_runs / "b"
+    assert [deterministic(r) for r in rows(a)] == [deterministic(r) for r in rows(b)]
+    assert state_digest(a) == state_digest(b)
+
+
+def test_resume_continues_bit_exactly(smoke_runs):
+    a, c = smoke_runs / "a", smoke_runs / "c"
+    assert [deterministic(r) for r in rows(c)] == [deterministic(r) for r in rows(a)]
+    assert state_digest(c) == state_digest(a)
+    gen_a, gen_c = checkpoint.open_generation(a), checkpoint.open_generation(c)
+    assert gen_a.manifest["files"].keys() == gen_c.manifest["files"].keys()
+    for name in (n.removesuffix(".safetensors") for n in gen_a.manifest["files"] if n.startswith("replay")):
+        replay_a, replay_c = checkpoint.read_tensors(gen_a, name), checkpoint.read_tensors(gen_c, name)
+        assert all(torch.equal(replay_a[key], replay_c[key]) for key in replay_a)
+
+
+def test_a_different_seed_gives_a_different_run(tmp_path, smoke_runs):
+    assert run_main("--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "d", "--seed", "8") == 0
+    assert state_digest(tmp_path / "d") != state_digest(smoke_runs / "a")
+
+
+def test_generations_reuse_storage_and_never_write_the_features(tmp_path):
+    config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 3})
+    trainer = start_run(config, log=lambda line: None).trainer
+    features_version = trainer.market.features._version
+    tensors = {**trainer.population.state_tensors(), **trainer.buffer.storage}
+    pointers = {key: t.data_ptr() for key, t in tensors.items()}
+    modules = [trainer.population.actor, trainer.population.critic]
+    parameter_ids = [id(p) for m in modules for p in m.parameters()]
+    trainer.run(until=3)
+    assert trainer.market.features._version == features_version
+    assert {key: t.data_ptr() for key, t in tensors.items()} == pointers
+    assert [id(p) for m in modules for p in m.parameters()] == parameter_ids
+
+
+# ---------------------------------------------------------------------------------------- learning
+
+
+def baseline_validation(trainer: Trainer, policy: str) -> float:
+    """Total validation log return of equal weight (rebalanced daily) or uniformly random weights."""
+    market, cfg = trainer.market, trainer.config
+    env = VectorPortfolioEnv(
+        market,
+        num_agents=1,
+        num_episodes=len(trainer.validation_starts),
+        episode_days=cfg.env.episode_days,
+        lookback=cfg.env.lookback,
+        cost_rate=cfg.env.cost_rate,
+    )
+    obs = env.reset(trainer.validation_starts)
+    while obs is not None:
+        if policy == "equal":
+            actions = torch.full_like(obs.weights, 1.0 / (market.num_assets + 1))
+            actions[..., 0] = 0.0
+            actions /= actions.sum(-1, keepdim=True)
+        else:
+            actions = torch.distributions.Dirichlet(torch.ones_like(obs.weights)).sample()
+        _, obs = env.step(actions)
+    return float(env.rewards_per_episode.sum())
+
+
+def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
+    """Default learning settings, shortened: the champion must clearly beat equal weight and random
+    weights on validation windows, by a margin the untrained population does not reach."""
+    momentum_prices(seed=0).to_csv(tmp_path / "momentum.csv", index=False)
+    config = override(
+        preset("default"),
+        {
+            "data.path": str(tmp_path / "momentum.csv"),
+            "data.validation_days": 252,
+            "data.holdout_days": 63,
+            "evolution.popsize": 8,
+            "ddpg.buffer_size": 50_000,
+            "runtime.generations": 8,
+            "checkpoint.uri": str(tmp_path / "runs"),
+        },
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    torch.manual_seed(0)  # the Dirichlet baseline draws from the global generator
+    equal = baseline_validation(trainer, "equal")
+    random = baseline_validation(trainer, "random")
+    threshold = max(equal, random) + 0.3
+    untrained_best = float(
+        validate(trainer.population, trainer.validation_env, trainer.validation_starts)[:-2].sum(dim=1).max()
+    )
+    assert untrained_best < threshold, "the threshold must be out of reach of the untrained population"
+
+    trainer.run(until=config.runtime.generations)
+    assert trainer.champion_score > threshold, (trainer.champion_score, equal, random)
+    # The reported score is the champion's own, recomputed on the same windows.
+    scores = validate(trainer.population, trainer.validation_env, trainer.validation_starts)
+    assert float(scores[-2].sum()) == pytest.approx(trainer.champion_score, abs=1e-5)  # the champion's slot
+
+
+def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, monkeypatch):
+    import training.loop as trainer_module
+    from models.ddpg import UpdateLosses
+
+    def diverged(population, batch, **kwargs):
+        nan = torch.full((population.popsize,), float("nan"))
+        return UpdateLosses(nan, nan)
+
+    monkeypatch.setattr(trainer_module, "ddpg_update", diverged)
+    config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2})
+    trainer = start_run(config, log=lambda line: None).trainer
+    trainer.run(until=2)
+    assert [row["critic_loss"] for row in rows(trainer.run_dir)] == [None, None]
+    history = checkpoint.read_document(checkpoint.open_generation(trainer.run_dir), "history")
+    assert [row["critic_loss"] for row in history] == [None, None]
+
+
+def test_retention_keeps_the_last_generations_and_the_champions(tmp_path, monkeypatch):
+    calls = []
+
+    def crown_in_generation_two(edges, *_, **__):
+        calls.append(1)
+        return 0 if len(calls) == 2 else None
+
+    monkeypatch.setattr("training.loop.choose_champion", crown_in_generation_two)
+    config = override(
+        preset("smoke"),
+        {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 5, "runtime.seed": 7},
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    trainer.run(until=5)
+    assert trainer.champion_generation == 2
+    assert checkpoint.complete_generations(trainer.run_dir) == [2, 5]
+
+
+def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, monkeypatch):
+    monkeypatch.setattr("training.loop.choose_champion", lambda edges, *_, **__: None)
+    config = override(
+        preset("smoke"), {"checkpoint.uri": str(tmp_path), "checkpoint.keep_last": 1, "runtime.generations": 3}
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    trainer.run(until=3)
+    assert trainer.champion_generation == 0
+    assert checkpoint.complete_generations(trainer.run_dir) == [3]
+
+
+def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffer(tmp_path, monkeypatch):
+    """ddpg.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
+    buffer allocated once."""
+    seen: dict[str, list] = {"quiet": [], "noisy": []}
+
+    def trainer_with(name: str, noise: float) -> Trainer:
+        config = override(
+            preset("smoke"),
+            {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "ddpg.observation_noise": noise},
+        )
+        trainer = start_run(config, log=lambda line: None).trainer
+        trainer.collect_episodes(trainer.sample_train_starts())  # fill the ring without updating
+        return trainer
+
+    def capture(name):
+        def update(population, batch, **kwargs):
+            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))
+
+        return update
+
+    quiet, noisy = trainer_with("quiet", 0.0), trainer_with("noisy", 0.5)
+    for name, trainer in (("quiet", quiet), ("noisy", noisy)):
+        monkeypatch.setattr("training.loop.ddpg_update", capture(name))
+        trainer.ddpg_step()
+        buffer = trainer._noise
+        trainer.ddpg_step()
+        assert trainer._noise is buffer  # the noise buffer is reused, not reallocated
+        trainer.checkpoints.close()
+    assert quiet._noise is None
+    # The first batches are the same transitions (the noise is drawn after the sample, from the same stream).
+    (q_windows, q_next), (n_windows, n_next) = seen["quiet"][0], seen["noisy"][0]
+    for clean, noisy_windows in ((q_windows, n_windows), (q_next, n_next)):
+        difference = noisy_windows - clean
+        assert difference.std().item() == pytest.approx(0.5, rel=0.1)
+        assert abs(difference.mean().item()) < 0.05
+
+
+def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
+    """A market the agents learn within a few generations, so the gate crowns; stopped after 4 generations and
+    resumed to 8, the run makes the same critical values, the same crowning and the same parameters as 8 in a row
+    (the gate's crossed resamples come back from the checkpoint)."""
+    momentum_prices(seed=0).to_csv(tmp_path / "momentum.csv", index=False)
+    settings = ["data.validation_days=252", "data.holdout_days=63", "evolution.popsize=8", "ddpg.buffer_size=50000"]
+    common = ["--data", str(tmp_path / "momentum.csv"), "--checkpoint-uri", str(tmp_path / "runs")]
+    for setting in settings:
+        common += ["--set", setting]
+    assert run_main(*common, "--run-name", "straight", "--generations", "8") == 0
+    assert run_main(*common, "--run-name", "resumed", "--generations", "4") == 0
+    straight, resumed = tmp_path / "runs" / "straight", tmp_path / "runs" / "resumed"
+    gate = checkpoint.read_tensors(checkpoint.open_generation(resumed), "selection")["crossed"]
+    assert 0 < int(gate.sum()) < len(gate)  # the state the resume must restore is not the empty one
+    resume = ["--checkpoint-uri", str(tmp_path / "runs"), "--run-name", "resumed", "--resume", "--generations", "8"]
+    assert run_main(*resume) == 0
+    assert [deterministic(r) for r in rows(resumed)] == [deterministic(r) for r in rows(straight)]
+    assert state_digest(resumed) == state_digest(straight)
+    assert rows(straight)[-1]["champion_generation"] > 0  # the gate crowned an agent
+
+
+def test_a_stop_costs_one_vote_per_phase_however_many_updates(tmp_path):
+    """With several processes each vote is a collective: the loop votes between phases (three a generation), never
+    per DDPG update, so 2 or 24 updates cost the same."""
+    votes = {}
+    for updates in (2, 24):
+        config = override(
+            preset("smoke"),
+            {
+                "checkpoint.uri": str(tmp_path / str(updates)),
+                "runtime.generations": 3,
+                "ddpg.updates_per_generation": updates,
+                "ddpg.learning_starts": 0,
+            },
+        )
+        trainer = start_run(config, log=lambda line: None).trainer
+        ranks, calls = trainer.sharding.ranks, []
+        vote = ranks.any
+        ranks.any = lambda flag, calls=calls, vote=vote: calls.append(flag) or vote(flag)
+        trainer.run(until=2)
+        assert all(row["updates"] == updates for row in rows(trainer.run_dir))
+        votes[updates] = len(calls)
+    assert votes == {2: 6, 24: 6}
+
+
+def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
+    """One process polls its own flag between updates (no collective): the generation is abandoned there and
+    nothing of it is written."""
+    from training.loop import RunStopped
+
+    config = override(
+        preset("smoke"),
+        {"checkpoint.uri": str(tmp_path), "ddpg.updates_per_generation": 8, "ddpg.learning_starts": 0},
+    )
+    polls = []
+
+    def should_stop() -> bool:
+        polls.append(None)
+        return len(polls) == 5  # the three votes before the update phase, then before its first and second update
+
+    trainer = start_run(config, log=lambda line: None, should_stop=should_stop).trainer
+    with pytest.raises(RunStopped) as stopped:
+        trainer.run(until=1)
+    assert stopped.value.generation == 0
+    assert trainer.population.actor_optim.steps == 1  # one update taken, the second never started
+    assert checkpoint.latest_generation(trainer.run_dir) is None

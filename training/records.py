@@ -1,0 +1,147 @@
+"""A generation's record: the figures it brought back to the host, its metrics row and its console line.
+
+The metrics row is what ``metrics.jsonl`` and a checkpoint's history hold for each generation: the run's figures
+(fitness, validation returns, the gate's critical t, every candidate's evidence for the overfitting diagnostics)
+and the machine's (durations, memory), which differ between identical runs (``MEASURED_KEYS``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from training.selection import t_statistics
+from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
+
+MEASURED_KEYS = frozenset(
+    {
+        "env_steps_per_s",
+        "generation_s",
+        "rollout_s",
+        "validate_s",
+        "evolve_s",
+        "update_s",
+        "checkpoint_s",
+        "checkpoint_write_s",
+        *MEMORY_KEYS,
+    }
+)
+"""Metrics that measure the machine, not the run: they differ between identical runs."""
+
+BLOCKS = 16
+"""Blocks the validation days are cut into: C(16, 8) = 12,870 CSCV splits; about six weeks a block of the
+default two years."""
+
+
+def block_means(excess: Any, blocks: int = BLOCKS) -> np.ndarray:
+    """Mean daily excess log return of each candidate over contiguous blocks of days: CSCV's input.
+
+    The days are cut as ``numpy.array_split`` does (the first ``D % blocks`` blocks one day longer), so every day
+    counts once and the blocks keep the market's order: serial correlation stays inside a block.
+
+    Args:
+        excess: (N, D) daily excess log returns over equal weight, N candidates by D days: a numpy array or a CPU
+            torch tensor (anything ``numpy.asarray`` takes).
+        blocks: How many blocks.
+
+    Returns:
+        (N, blocks) float64 block means.
+
+    Raises:
+        ValueError: ``excess`` is not 2-D, or holds fewer days than blocks.
+    """
+    days_per_candidate = np.asarray(excess, dtype=np.float64)
+    if days_per_candidate.ndim != 2:
+        raise ValueError(f"excess must be (candidates, days), got shape {days_per_candidate.shape}")
+    days = days_per_candidate.shape[1]
+    if blocks < 1 or days < blocks:
+        raise ValueError(f"{days} days cannot be cut into {blocks} blocks")
+    short, longer = divmod(days, blocks)
+    sizes = np.full(blocks, short)
+    sizes[:longer] += 1
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return np.add.reduceat(days_per_candidate, starts, axis=1) / sizes  # (N, blocks)
+
+
+class Scores(NamedTuple):
+    """A generation's figures on the host, after its one synchronisation."""
+
+    fitness: torch.Tensor
+    """(P,) training fitness."""
+    edges: torch.Tensor
+    """(P + 1,) edge bounds over equal weight of the agents and the champion (``training.selection``)."""
+    totals: torch.Tensor
+    """(P + 2,) validation log returns of the agents, the champion and equal weight."""
+    z: float
+    """The critical t these edges were measured with (``training.selection``)."""
+    excess: torch.Tensor
+    """(P, D) float64 daily validation excess log returns of the agents over equal weight."""
+
+
+def generation_row(
+    generation: int,
+    scores: Scores,
+    *,
+    champion: dict[str, Any],
+    elites: list[int],
+    losses: torch.Tensor,
+    updates: int,
+    buffer_size: int,
+    env_steps: int,
+    durations: dict[str, float],
+    telemetry: dict[str, int],
+) -> dict[str, Any]:
+    """The metrics row of ``generation``: ``champion`` holds ``champion_score``, ``champion_edge`` and
+    ``champion_generation``; ``losses`` is (2, P), critic then actor, each agent's mean over the updates."""
+    popsize = len(scores.fitness)
+    validation = scores.totals[:popsize]
+    row: dict[str, Any] = {
+        "generation": generation,
+        "best_fitness": float(scores.fitness.max()),
+        "mean_fitness": float(scores.fitness.mean()),
+        "worst_fitness": float(scores.fitness.min()),
+        "validation_best": float(validation.max()),
+        "validation_mean": float(validation.mean()),
+        "validation_equal_weight": float(scores.totals[popsize + 1]),
+        "edge_best": float(scores.edges[:popsize].max()),
+        "selection_z": scores.z,
+        # Every candidate's evidence, for the overfitting diagnostics of evaluate and backtest
+        # (offline.overfitting): daily excess Sharpe, and mean excess in 16 blocks of the validation days.
+        "validation_sharpe": [float(x) for x in t_statistics(scores.excess) / math.sqrt(scores.excess.shape[1])],
+        "validation_blocks": [[float(x) for x in agent] for agent in block_means(scores.excess.numpy())]
+        if scores.excess.shape[1] >= BLOCKS
+        else None,
+        **champion,
+        "elites": elites,
+        "critic_loss": float(losses[0].mean()),
+        "actor_loss": float(losses[1].mean()),
+        "updates": updates,
+        "buffer_size": buffer_size,
+        "env_steps": env_steps,
+        "env_steps_per_s": env_steps / max(durations["rollout_s"], 1e-9),
+        **durations,
+        **telemetry,
+    }
+    row["generation_s"] = sum(durations.values())
+    return row
+
+
+def format_line(row: dict[str, Any], *, generations: int, buffer_capacity: int) -> str:
+    """The console line of a metrics row."""
+    return (
+        f"gen {row['generation']:>4}/{generations} | fitness best {row['best_fitness']:+.4f} "
+        f"mean {row['mean_fitness']:+.4f} worst {row['worst_fitness']:+.4f} | "
+        f"champion {row['champion_score']:+.4f} {_champion_label(row)} | "
+        f"buffer {format_count(row['buffer_size'])}/{format_count(buffer_capacity)} | "
+        f"{format_count(row['env_steps_per_s'])} steps/s | {row['generation_s']:.1f} s | "
+        f"rss {format_bytes(row['rss_bytes'])} | {row['live_tensors']} tensors"
+    )
+
+
+def _champion_label(row: dict[str, Any]) -> str:
+    if not row["champion_generation"]:
+        return f"(equal weight; best edge {row['edge_best'] * 100:+.1f}%/y)"
+    return f"(gen {row['champion_generation']}, edge {row['champion_edge'] * 100:+.1f}%/y)"
