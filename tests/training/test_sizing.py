@@ -1,38 +1,119 @@
 """The memory check before anything is allocated (training/sizing.py)."""
 
+import dataclasses
+from collections import namedtuple
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from config import override, preset
+from config import RuntimeConfig, override, preset
 from training import sizing
 from training.runs import load_market
 from utils.errors import ConfigError
 
+GIB = 1 << 30
 
-def test_on_the_cpu_the_checkpoint_staging_copy_counts_in_the_memory_check(monkeypatch):
 
+def _sizes(market, processes: int = 1) -> dict:
+    return {"num_assets": market.num_assets, "num_features": market.num_features, "processes": processes}
+
+
+def test_on_the_cpu_the_checkpoint_copies_count_in_the_memory_check(monkeypatch):
     config = override(preset("default"), {"ddpg.buffer_size": 1_000_000})
     market = load_market(config, torch.device("cpu"))
-    needs = sizing.storage_bytes(config, num_assets=market.num_assets, num_features=market.num_features)
-    once = sum(needs.values())
-    staged = sum(size for name, size in needs.items() if name.startswith(sizing.STAGED))
-    monkeypatch.setattr(sizing, "available_bytes", lambda device: once + staged - 1)
+    needs = sizing.process_bytes(config, **_sizes(market))
+    host = sizing.host_bytes(config, **_sizes(market))
+    assert host[sizing.RING_COPIES] == 2 * needs[sizing.RING]  # staged, and encoded by the writer
+    total = sum(needs.values()) + sum(host.values())
+    monkeypatch.setattr(sizing, "available_bytes", lambda device: total - 1)
     with pytest.raises(ConfigError, match="replay ring"):
         sizing.check_memory(config, market)
-    monkeypatch.setattr(sizing, "available_bytes", lambda device: once + staged)
+    monkeypatch.setattr(sizing, "available_bytes", lambda device: total)
     sizing.check_memory(config, market)
 
 
 def test_a_process_of_several_needs_room_for_its_share_of_the_agents_and_the_whole_ring(monkeypatch):
-    config = override(preset("default"), {"evolution.popsize": 64, "ddpg.batch_size": 1024})
+    config = override(
+        preset("default"), {"evolution.popsize": 64, "ddpg.batch_size": 1024, "ddpg.observation_noise": 0.1}
+    )
     market = load_market(config, torch.device("cpu"))
-    sizes = {"num_assets": market.num_assets, "num_features": market.num_features}
-    whole, half = sizing.storage_bytes(config, **sizes), sizing.storage_bytes(config, **sizes, processes=2)
-    ring = "replay ring (ddpg.buffer_size)"
-    assert half[ring] == whole[ring]  # every process holds the whole ring
-    assert all(half[name] * 2 == whole[name] for name in whole if name != ring)
-    staged = sum(size for name, size in whole.items() if name.startswith(sizing.STAGED))
-    monkeypatch.setattr(sizing, "available_bytes", lambda device: sum(half.values()) + staged)
+    whole, half = sizing.process_bytes(config, **_sizes(market)), sizing.process_bytes(config, **_sizes(market, 2))
+    for shared in (sizing.RING, sizing.OBSERVATION_NOISE):  # every process holds the ring and draws for all P
+        assert half[shared] == whole[shared]
+    assert half[sizing.SAMPLES] * 2 == whole[sizing.SAMPLES]
+    assert half[sizing.OPTIMISER] * 2 == whole[sizing.OPTIMISER]
+    update = sizing.PHASES["update"]
+    assert whole[update] / 2 < half[update] < whole[update]  # the positions drawn for all P stay whole
+    host = sum(sizing.host_bytes(config, **_sizes(market, 2)).values())
+    monkeypatch.setattr(sizing, "available_bytes", lambda device: sum(half.values()) + host)
     sizing.check_memory(config, market, processes=2)
     with pytest.raises(ConfigError, match="this config needs at least"):  # one process holding every agent
         sizing.check_memory(config, market)
+
+
+def _on_cuda(monkeypatch, *, device_free: int, host_free: int = 64 * GIB) -> None:
+    """A CUDA device with ``device_free`` bytes free, and a host with ``host_free``."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (device_free, 80 * GIB))
+    memory = namedtuple("memory", "available")
+    monkeypatch.setattr(sizing.psutil, "virtual_memory", lambda: memory(host_free))
+
+
+def _gpu_market(num_assets: int) -> SimpleNamespace:
+    return SimpleNamespace(device=torch.device("cuda"), num_assets=num_assets, num_features=6)
+
+
+def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tensors_leave_out(monkeypatch):
+    paper = preset("paper")
+    _on_cuda(monkeypatch, device_free=24 * GIB)
+    sizing.check_memory(paper, _gpu_market(20))  # the bundled universe fits
+
+    wide = _gpu_market(500)
+    needs = sizing.process_bytes(paper, num_assets=500, num_features=6, device=wide.device)
+    stored = (sizing.RING, sizing.SAMPLES, sizing.NETWORKS, sizing.ENVIRONMENTS)
+    assert sum(needs[name] for name in stored) < 24 * GIB / 3  # what the stored tensors alone would have let pass
+    with pytest.raises(ConfigError) as refused:
+        sizing.check_memory(paper, wide)
+    message = str(refused.value)
+    assert "\n" not in message
+    for phrase in ("needs at least", "DDPG update's activations", "cuda has 25.8 GB free"):
+        assert phrase in message
+    sizing.check_memory(paper, wide, processes=8)  # an eighth of the agents each, NCCL's buffers included
+
+
+def test_on_cuda_the_runtime_and_with_several_processes_nccl_count(monkeypatch):
+    config = preset("smoke")
+    market = _gpu_market(6)
+    alone = sizing.process_bytes(config, num_assets=6, num_features=6, device=market.device)
+    shared = sizing.process_bytes(config, num_assets=6, num_features=6, processes=2, device=market.device)
+    assert alone[sizing.CUDA_RUNTIME] == shared[sizing.CUDA_RUNTIME] == sizing.CUDA_RUNTIME_BYTES
+    assert shared["NCCL buffers of 2 processes"] == sizing.NCCL_BYTES
+    assert sum(shared.values()) > sum(alone.values())  # half the agents, but NCCL's buffers
+    _on_cuda(monkeypatch, device_free=sum(alone.values()))
+    sizing.check_memory(config, market)
+    with pytest.raises(ConfigError, match=r"this config needs at least 2\.2 GB"):
+        sizing.check_memory(config, market, processes=2)
+
+
+def test_on_cuda_the_staging_buffers_are_checked_against_host_memory_pinned_and_rounded(monkeypatch):
+    config = preset("paper")
+    market = _gpu_market(20)
+    pinned = sizing.host_bytes(config, num_assets=20, num_features=6, pinned=True)
+    plain = sizing.host_bytes(config, num_assets=20, num_features=6)
+    assert pinned[sizing.RING_COPIES] > plain[sizing.RING_COPIES]  # the pinned allocator's powers of two
+    _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()) - 1)
+    with pytest.raises(ConfigError, match=r"replay ring.s checkpoint copies .* but cpu has"):
+        sizing.check_memory(config, market)
+    _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()))
+    sizing.check_memory(config, market)
+
+
+def test_on_cuda_compiled_forwards_keep_their_graphs_pool():
+    if "compile" not in {field.name for field in dataclasses.fields(RuntimeConfig)}:
+        pytest.skip("no runtime.compile in this config")
+    eager, compiled = preset("paper"), override(preset("paper"), {"runtime.compile": True})
+    sizes = {"num_assets": 20, "num_features": 6}
+    assert sizing.GRAPH_POOL not in sizing.process_bytes(eager, **sizes, device="cuda")
+    assert sizing.GRAPH_POOL not in sizing.process_bytes(compiled, **sizes)  # eager on the CPU
+    pool = sizing.process_bytes(compiled, **sizes, device="cuda")[sizing.GRAPH_POOL]
+    assert 0 < pool <= sizing.working_bytes(compiled, **sizes)["rollout"]
