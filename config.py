@@ -146,6 +146,8 @@ class EvolutionConfig:
     """Agents in the population (P)."""
     elites: int = 2
     """Best agents copied unchanged into the next generation."""
+    frozen_elites: bool = True
+    """Elites take no actor step that generation: a trained offspring must beat them on unseen fitness days."""
     tournament_size: int = 3
     """Agents drawn for each tournament; the fittest of them becomes a parent."""
     crossover_prob: float = 0.3
@@ -255,11 +257,16 @@ class RuntimeConfig:
     progress: bool = True
     """Show a progress bar over generations."""
     matmul_precision: MatmulPrecision = "highest"
-    """torch.set_float32_matmul_precision: high lets CUDA tensor cores use TF32 (faster, fewer mantissa bits)."""
+    """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
+    compile: bool = False
+    """On CUDA: the per-day forwards as CUDA graphs (torch.compile reduce-overhead); ignored on the CPU."""
+    collective_timeout_s: float = 300.0
+    """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 
     def __post_init__(self) -> None:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")
         _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
+        _require(1 <= self.collective_timeout_s <= 86400, "runtime.collective_timeout_s", "must be in [1, 86400]")
 
 
 RENAMED_SECTIONS = {"evaluation": "rollout"}
@@ -377,6 +384,9 @@ def _paper() -> Config:
             "rollout.episodes": 64,
             "rollout.exploring_episodes": 32,
             "runtime.generations": 200,
+            # TF32 products on CUDA tensor cores: the DDPG phase several times faster; bit-exact resume still
+            # holds on the same GPU kind, not across kinds or against the CPU (README, "Precision on a GPU").
+            "runtime.matmul_precision": "high",
         },
     )
 

@@ -138,7 +138,7 @@ def train(argv: list[str]) -> int:
         raise InputError(MISSING_MESSAGE)
     with contextlib.ExitStack() as stack:
         # Under torchrun, one process of several: the leader speaks, writes and uploads (training.sharding).
-        ranks = Ranks.connect() if Ranks.launched() else Ranks()
+        ranks = Ranks.connect(timeout_s=config.runtime.collective_timeout_s) if Ranks.launched() else Ranks()
         stack.callback(ranks.close)
         stop = stack.enter_context(StopRequest())
         progress = stack.enter_context(GenerationProgress(enabled=config.runtime.progress and ranks.is_leader))
@@ -173,6 +173,7 @@ def train(argv: list[str]) -> int:
         try:
             trainer.run(until=config.runtime.generations, on_generation=on_generation)
         except RunStopped as stopped:
+            ranks.close()  # every rank stopped at the same vote: as below, the uploads run outside the group
             progress.close()
             # A pre-empted pod has seconds, not minutes: upload what fits, the local copy keeps the rest.
             uploaded = run.finish(timeout=STOP_UPLOAD_GRACE_S, progress=config.runtime.progress)
@@ -183,6 +184,10 @@ def train(argv: list[str]) -> int:
                 f"  {_resume_command(trainer)}"
             )
             return 128 + (stop.signum or 0)
+        # Every rank is past its last collective (checkpoints are gathered on this thread, and the last write is
+        # done): leave the group now, so that the leader's uploads (minutes) run outside it, with no peer to wait on
+        # or to fail with.
+        ranks.close()
         progress.close()
         uploaded = run.finish(timeout=FINAL_UPLOAD_TIMEOUT_S, progress=config.runtime.progress)
     log(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from tests import loopback_only  # noqa: E402 (after the path)
 
-PHASES = ("evaluate_s", "validate_s", "evolve_s", "update_s", "checkpoint_s")
+PHASES = ("rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s")
 
 
 def run(population: int, processes: int, args: argparse.Namespace, root: Path) -> dict[str, float]:

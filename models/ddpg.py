@@ -48,10 +48,12 @@ def ddpg_update(
     objective: ActorObjective = "critic",
     cost_rate: float = 0.0,
     tilt_penalty: float = 0.0,
+    actor_step_scale: torch.Tensor | None = None,
 ) -> UpdateLosses:
     """Critic on the TD target, actor on ``objective`` minus ``tilt_penalty`` times the squared distance of its
     target weights from equal weight (see the module docstring), then Polyak-average both targets. ``cost_rate`` is
-    the environment's, for the ``model`` objective."""
+    the environment's, for the ``model`` objective. ``actor_step_scale`` (P,) multiplies each actor's step (0 keeps
+    that actor as it is: ``evolution.frozen_elites``)."""
     actor, critic = population.actor, population.critic
 
     with torch.no_grad():
@@ -90,7 +92,7 @@ def ddpg_update(
     finally:
         critic.requires_grad_(True)
     clip_grad_norm_per_agent_(population.actor_optim.params, max_grad_norm)
-    population.actor_optim.step()
+    population.actor_optim.step(actor_step_scale)
 
     polyak_update_(population.actor_target.parameters(), actor.parameters(), tau=tau)
     polyak_update_(population.critic_target.parameters(), critic.parameters(), tau=tau)

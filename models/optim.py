@@ -38,7 +38,9 @@ class BatchedAdam:
         torch._foreach_zero_([p.grad for p in self.params])
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, scale: torch.Tensor | None = None) -> None:
+        """One Adam step of every agent; ``scale`` (P,) of 0 or 1 per agent: 0 leaves that agent as it is (its moments
+        still see the gradient), 1 takes the step an unscaled call takes, bit for bit."""
         grads = [p.grad for p in self.params]
         self.steps += 1
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
@@ -49,6 +51,9 @@ class BatchedAdam:
         denom = torch._foreach_sqrt(self.exp_avg_sq)
         torch._foreach_div_(denom, bias_correction2_sqrt)
         torch._foreach_add_(denom, self.eps)
+        if scale is not None:  # through the denominator: 1 leaves the arithmetic as it is, 0 makes the step 0 exactly
+            for d in denom:
+                d.div_(scale.view(-1, *([1] * (d.dim() - 1))))
         torch._foreach_addcdiv_(self.params, self.exp_avg, denom, value=-self.lr / bias_correction1)
 
     def state_tensors(self, names: list[str]) -> dict[str, torch.Tensor]:

@@ -2,8 +2,9 @@
 
 TARGET is a run folder (its newest intact generation), one generation's folder, or an exported champion (a folder
 with ``actor.json``), local or ``gs://``. The market is rebuilt on the CPU from the data the run's config names
-and must match the fingerprint the run recorded. ``offline.holdout`` does the scoring; this module finds the
-champion, prints the table and writes the report:
+and must match the fingerprint the run recorded. The champion and the untrained baseline run in float32
+(``offline.export.in_float32``), whatever the run trained with, so a run and its export give the same figures.
+``offline.holdout`` does the scoring; this module finds the champion, prints the table and writes the report:
 
 * ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source, and the
   overfitting diagnostics of the run's choice (``offline.overfitting``: deflated Sharpe ratio and PBO, from the
@@ -37,7 +38,15 @@ import torch
 from config import Config
 from environment.market import Market
 from models.networks import Actor
-from offline.export import ACTOR_FORMAT, read_generation, rebuild_market, run_config
+from offline.export import (
+    ACTOR_FORMAT,
+    ACTOR_FORMAT_VERSIONS,
+    PRECISION,
+    in_float32,
+    read_generation,
+    rebuild_market,
+    run_config,
+)
 from offline.holdout import INDEX, RANGES, RangeResult, evaluate
 from offline.inspection import locate
 from offline.overfitting import diagnose, unavailable
@@ -108,7 +117,13 @@ def _from_export(folder: Path, label: str) -> Champion:
         raise CheckpointError(f"{label}/actor.json cannot be read: {error}") from None
     if not isinstance(spec, dict) or spec.get("format") != ACTOR_FORMAT or not isinstance(spec.get("source"), dict):
         raise CheckpointError(f"{label}/actor.json is not an exported actor of this project")
-    config = run_config(spec["source"].get("config"), f"{label}/actor.json")
+    version = spec.get("format_version")
+    if version not in ACTOR_FORMAT_VERSIONS:
+        known = ", ".join(map(str, ACTOR_FORMAT_VERSIONS))
+        raise CheckpointError(f"{label}/actor.json has format_version {version!r}; this version reads {known}")
+    if spec.get("precision", PRECISION) != PRECISION:  # version 1 has no precision: its actors are float32
+        raise CheckpointError(f"{label}/actor.json asks for precision {spec['precision']!r}; evaluate runs {PRECISION}")
+    config = in_float32(run_config(spec["source"].get("config"), f"{label}/actor.json"))
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
     try:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
@@ -130,6 +145,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
     located = locate(target, scratch)
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot evaluate")
+    config = in_float32(config)
     actor = Actor(1, config.env.lookback * market.num_features, config.model).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])

@@ -7,7 +7,8 @@ must be intact). OUT_DIR must not exist or be empty; it receives:
   dimension (of size 1) squeezed: weights ``(in, out)``, biases ``(1, out)``.
 * ``actor.json``: everything needed to rebuild the actor and its observation pipeline (widths, tickers in order,
   feature names and definitions, lookback, window layout, weights convention, cost rate, the normalisation
-  statistics of the training range, the warm-up, the champion's validation score, its generation, the source).
+  statistics of the training range, the warm-up, the champion's validation score, its generation, the source), and
+  its precision: float32, whatever the run trained with (``training_precision`` says what that was).
 * ``README.md``: how to load and run it with plain PyTorch (a forward pass written with ``torch.nn.functional``).
 
 The normalisation statistics are not in the checkpoint: the market is rebuilt on the CPU from the data named in
@@ -18,6 +19,7 @@ folder that is renamed into place, so a failure leaves no partial export.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -41,8 +43,36 @@ from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
 
 ACTOR_FORMAT = "erl-trader-actor"
-ACTOR_FORMAT_VERSION = 1
+ACTOR_FORMAT_VERSION = 2
+"""2 added ``precision`` and ``training_precision``; a version 1 file lacks them and is float32 all the same."""
+ACTOR_FORMAT_VERSIONS = (1, 2)
+"""The versions ``evaluate`` reads."""
+PRECISION = "float32"
+"""The arithmetic an exported or evaluated champion runs in."""
 FILES = ("actor.safetensors", "actor.json", "README.md")
+
+
+def in_float32(config: Config) -> Config:
+    """``config`` with its per-asset encoders in float32 (``model.bf16_encoder`` off).
+
+    ``evaluate`` and ``export`` run and ship a champion in float32 on the CPU, whatever it trained with: the
+    parameters are float32 either way, bfloat16 autocast is slow on most CPUs and rounds unlike a GPU's, and a user of
+    the export runs plain float32 PyTorch, so the report's figures are the ones the export gives.
+    """
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
+
+
+def training_precision(config: Config, device: Any) -> dict[str, Any]:
+    """What a run's arithmetic was while it trained (``actor.json["training_precision"]``); ``device`` is what the
+    state document records of the device that wrote the generation."""
+    return {
+        "bf16_encoder": config.model.bf16_encoder,
+        "matmul_precision": config.runtime.matmul_precision,
+        "device": device,
+        "meaning": "bf16_encoder: the per-asset encoders ran under bfloat16 autocast; matmul_precision 'high': float32 "
+        "matmuls on CUDA used TF32 (a CPU computes exact float32); device: the one that wrote this generation. The "
+        "actor runs in float32 all the same (precision)",
+    }
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -94,7 +124,7 @@ def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], 
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
     """The champion's parameters by ``Actor`` name, population dim squeezed: weights (in, out), biases (1, out)."""
-    template = Actor(1, window_size, config.model)
+    template = Actor(1, window_size, in_float32(config).model)
     shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in shapes])
     params = {}
@@ -129,6 +159,8 @@ def actor_spec(
     return {
         "format": ACTOR_FORMAT,
         "format_version": ACTOR_FORMAT_VERSION,
+        "precision": PRECISION,
+        "training_precision": training_precision(config, state.get("device")),
         "architecture": {
             "network": "per-asset encoder shared by all assets, then an asset head and a cash head (see README.md)",
             "window_size": lookback * num_features,
@@ -325,7 +357,25 @@ The architecture: one encoder MLP ({arch["window_size"]} → {arch["encoder_hidd
 after each layer) embeds every asset's window with the same weights; the asset head maps
 [embedding, mean embedding over assets, the asset's current weight] → {arch["head_hidden"]} → 1 logit per asset;
 the cash head maps [mean embedding, cash weight] → {arch["head_hidden"]} → 1 logit.
+
+Precision: the tensors are float32 and the actor runs in float32 (`precision` in `actor.json`), as `python main.py
+evaluate` scored it.{_trained_precision_text(spec)}
 """
+
+
+def _trained_precision_text(spec: dict[str, Any]) -> str:
+    trained = spec["training_precision"]
+    kinds = []
+    if trained["bf16_encoder"]:
+        kinds.append("bfloat16 autocast in its per-asset encoder")
+    if trained["matmul_precision"] != "highest":
+        kinds.append(f"`runtime.matmul_precision={trained['matmul_precision']}` (TF32 matmuls on CUDA)")
+    if not kinds:
+        return ""
+    return (
+        f" The run trained with {' and '.join(kinds)}, so its float32 outputs can differ slightly from those "
+        "training computed."
+    )
 
 
 def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[str], None] = print) -> Path:

@@ -5,17 +5,23 @@ the scaling benchmark start torchrun in a private network namespace: whatever it
 the loopback, from inside. Needs unshare(1) and the right to make a namespace (root, as here and in CI).
 
     unshare --net python tests/loopback_only.py COMMAND [ARGS...]
+
+Several commands that must reach each other (two torchrun launchers playing two nodes) join one namespace held open
+by ``shared()``, with nsenter(1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -40,6 +46,29 @@ def available() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return True
+
+
+def joinable() -> bool:
+    """Whether ``shared`` can be used here."""
+    return available() and shutil.which("nsenter") is not None
+
+
+@contextlib.contextmanager
+def shared() -> Iterator[Callable[[list[str]], list[str]]]:
+    """A network namespace of its own, held open for the block by a process that waits inside it; yields what turns
+    a command into one run in that namespace (the same process id: nsenter execs it)."""
+    holder = subprocess.Popen(
+        command([sys.executable, "-c", "import sys; print(flush=True); sys.stdin.read()"]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        if not holder.stdout.readline():  # the line comes once the loopback is up
+            raise RuntimeError("no network namespace could be made (unshare --net)")
+        yield lambda argv: ["nsenter", f"--net=/proc/{holder.pid}/ns/net", *argv]
+    finally:
+        holder.kill()
+        holder.communicate()  # and closes its pipes
 
 
 if __name__ == "__main__":

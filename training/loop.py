@@ -37,7 +37,7 @@ from persistence.provenance import market_fingerprint
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness, training_windows
 from training.records import Scores, format_line, generation_row
-from training.rollout import SharedSteps, collect, validate
+from training.rollout import SharedSteps, StepPolicies, collect, validate
 from training.run_state import LoopCheckpoints
 from training.selection import SequentialGate, choose_champion, edge_bounds, selection_z, validation_block_length
 from training.sharding import Sharding
@@ -106,8 +106,10 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.log = log
         self.device = market.device
-        # Process-wide, so every run sets it: TF32 on CUDA tensor cores with "high", exact float32 with "highest".
-        torch.set_float32_matmul_precision(config.runtime.matmul_precision)
+        # Process-wide, so every run sets it: TF32 on CUDA tensor cores with "high"; exact float32 on the CPU, where
+        # "high" could let oneDNN use bfloat16 passes and a CPU run must stay comparable bit for bit.
+        precision = config.runtime.matmul_precision if self.device.type == "cuda" else "highest"
+        torch.set_float32_matmul_precision(precision)
         self.fingerprint = market_fingerprint(market)
         env_cfg, ddpg, evo, rollout = config.env, config.ddpg, config.evolution, config.rollout
         popsize = evo.popsize
@@ -152,6 +154,13 @@ class Trainer:
             generator=self.generators["init"],
             slots=self.sharding.slots,
         )
+        # The per-day forwards: traced into CUDA graphs with runtime.compile on a GPU, eager elsewhere.
+        compiled = config.runtime.compile and self.device.type == "cuda"
+        self.policies = (
+            StepPolicies.compiled(self.population, mode="reduce-overhead")
+            if compiled
+            else StepPolicies.eager(self.population)
+        )
         self.buffer = ReplayBuffer(
             ddpg.buffer_size,
             market.num_assets,
@@ -168,6 +177,7 @@ class Trainer:
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
         self._noise: torch.Tensor | None = None  # ddpg.observation_noise's draws
+        self._actor_step_scale = torch.ones(held, device=self.device) if evo.frozen_elites else None
 
         self.generation = 0
         self.champion_score = -math.inf
@@ -204,7 +214,7 @@ class Trainer:
         scores = self._validate_and_crown(fitness_per_agent)
         plan = self._evolve(scores.fitness)
         self._check_stop()
-        updates, losses = self._update()
+        updates, losses = self._update(plan)
         self.generation += 1
         return self._record(scores, plan, updates, losses)
 
@@ -224,7 +234,8 @@ class Trainer:
         """Phase 2: agents, champion and equal weight on the same validation days; crown only a proven edge.
         The generation's one host synchronisation brings back everything the decisions and the log need."""
         popsize = self.config.evolution.popsize
-        daily = self._gather_validation(validate(self.population, self.validation_env, self.validation_starts))
+        daily = validate(self.population, self.validation_env, self.validation_starts, policies=self.policies)
+        daily = self._gather_validation(daily)
         # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
         daily = daily.cpu().to(torch.float64)  # (P + 2, D)
         excess = daily[:popsize] - daily[popsize + 1]  # (P, D)
@@ -243,6 +254,7 @@ class Trainer:
             float(scores.totals[popsize]),
             by=self.config.selection.choose_by,
         )
+        crowned = self.sharding.ranks.leader_choice(crowned)  # it steers the broadcast below: one answer for all
         if crowned is not None:
             owner = self.sharding.owner(crowned)
             if self.sharding.ranks.rank == owner:
@@ -287,10 +299,13 @@ class Trainer:
         self._timer.mark("evolve_s")
         return plan
 
-    def _update(self) -> tuple[int, torch.Tensor]:
+    def _update(self, plan: EvolutionPlan) -> tuple[int, torch.Tensor]:
         """Phase 4: DDPG updates, all agents in one batched update per step; (updates, (2, P) mean losses)."""
         ddpg = self.config.ddpg
         updates = ddpg.updates_per_generation if len(self.buffer) >= ddpg.learning_starts else 0
+        if self._actor_step_scale is not None:  # evolution.frozen_elites: this generation's elites take no step
+            held = plan.elite[self.sharding.slots.start : self.sharding.slots.stop]
+            self._actor_step_scale.copy_((~held).to(self._actor_step_scale.dtype))
         self._critic_loss_sum.zero_()
         self._actor_loss_sum.zero_()
         for _ in range(updates):
@@ -333,7 +348,7 @@ class Trainer:
         self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
         return row
 
-    def collect_episodes(self, start_days: torch.Tensor) -> torch.Tensor:
+    def collect_episodes(self, start_days: torch.Tensor, *, policies: StepPolicies | None = None) -> torch.Tensor:
         """Step 1's rollout: every agent on the E windows starting at ``start_days``, transitions into the ring.
 
         Returns (P, E, D) per-step rewards (the environment's history array, valid until its next reset).
@@ -347,6 +362,7 @@ class Trainer:
             stored_episodes=self.stored_episodes,
             generator=self.generators["exploration"],
             share=self._shared_steps,
+            policies=policies or self.policies,
         )
 
     def ddpg_step(self) -> UpdateLosses:
@@ -369,6 +385,7 @@ class Trainer:
             objective=ddpg.actor_objective,
             cost_rate=self.config.env.cost_rate,
             tilt_penalty=ddpg.tilt_penalty,
+            actor_step_scale=self._actor_step_scale,
         )
 
     def _telemetry(self) -> dict[str, int]:

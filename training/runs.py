@@ -32,7 +32,9 @@ from training.sharding import Ranks, Sharding
 from training.sizing import check_memory
 from utils.errors import CheckpointError, ConfigError, one_line
 
-RESUMABLE_CHANGES = frozenset({"runtime.generations", "runtime.device", "runtime.progress"})
+RESUMABLE_CHANGES = frozenset(
+    {"runtime.generations", "runtime.device", "runtime.progress", "runtime.collective_timeout_s"}
+)
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
 
 
@@ -245,6 +247,7 @@ def _begin(
 
 def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:
     """This process's device, the market on it, and its share of the population, each checked."""
+    ranks.set_timeout(config.runtime.collective_timeout_s)  # a resumed run's own, if it kept another
     device = resolve_device(config.runtime.device, ranks)
     market = load_market(config, device)
     check_memory(config, market, processes=ranks.world_size)  # this machine may have less than the run's first

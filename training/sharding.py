@@ -9,7 +9,9 @@ P / W slots, runs its agents' episodes and their batched DDPG updates; what join
 * every random draw is made population-wide and each rank keeps its rows: a slot's exploration noise, replay
   batches, initial parameters and mutations depend on the seed, the generation and the slot, never on W;
 * fitness, validation returns and losses are gathered, and every decision (champion, evolution plan) is computed
-  from the same gathered tensors on every rank, with the host streams every rank holds identically;
+  from the same gathered tensors on every rank, with the host streams every rank holds identically; the
+  champion's, which rests on float arithmetic that other hardware may round differently, is the leader's
+  (``Ranks.leader_choice``), while the evolution plan compares and draws only, so it cannot differ;
 * evolution moves only the rows of parents and mates that live on another rank (two all-to-alls: a mate
   sends its actor only, and no actor target moves);
 * the leader (rank 0) alone touches storage: it decides the run to start or resume, gathers the population
@@ -26,9 +28,11 @@ itself on the CPU).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import torch
@@ -39,9 +43,6 @@ from utils.errors import ConfigError, InputError
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each process; all of them present means this process was launched by it."""
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the older name before 2.10
-TIMEOUT = timedelta(minutes=30)
-"""How long a collective waits for a rank before the job fails: a checkpoint write or a slow rank, not a dead one
-(torchrun ends the job when a process dies)."""
 
 
 class Ranks:
@@ -50,10 +51,11 @@ class Ranks:
     ``Ranks()`` is a job of one process; ``Ranks.connect()`` joins the job torchrun launched.
     """
 
-    def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, timeout_s: float | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
+        self.timeout_s = timeout_s
 
     @staticmethod
     def launched() -> bool:
@@ -61,11 +63,26 @@ class Ranks:
         return all(name in os.environ for name in LAUNCH_VARIABLES)
 
     @classmethod
-    def connect(cls) -> Ranks:
-        """Join the job: the default process group, gloo, on the variables torchrun set."""
+    def connect(cls, *, timeout_s: float) -> Ranks:
+        """Join the job: the default process group, gloo, on the variables torchrun set.
+
+        A collective that waits more than ``timeout_s`` seconds for another rank fails, and so ends the job: a node
+        lost without a word (pre-empted, cut off) leaves no TCP reset for gloo to see, and torchrun only ends the
+        processes of its own node. A node whose ranks would advertise an address the others cannot reach is
+        refused first (``check_node_address``).
+        """
         if not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=TIMEOUT)
-        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+            check_node_address()
+            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        return cls(dist.get_rank(), dist.get_world_size(), local_rank, timeout_s=timeout_s)
+
+    def set_timeout(self, timeout_s: float) -> None:
+        """Make every later collective of the host group wait at most ``timeout_s`` seconds: a resumed run's own
+        setting, known only once the leader has read it, after the group was joined."""
+        if timeout_s != self.timeout_s and dist.is_initialized():
+            dist.distributed_c10d._set_pg_timeout(timedelta(seconds=timeout_s))
+        self.timeout_s = timeout_s
 
     @property
     def distributed(self) -> bool:
@@ -82,6 +99,20 @@ class Ranks:
         vote = torch.tensor([int(flag)], dtype=torch.int32)
         dist.all_reduce(vote, op=dist.ReduceOp.MAX)
         return bool(vote.item())
+
+    def leader_choice(self, choice: int | None) -> int | None:
+        """The leader's ``choice`` (a slot, or None) on every rank.
+
+        A decision that steers a collective (which rank broadcasts, whether one does) must be the same everywhere.
+        Every rank computes it from the same gathered numbers, but ranks on different hardware or libraries may
+        round them differently, and a one-ulp difference could flip it: then the ranks would issue different
+        collectives and hang. So the leader's decision is the one taken.
+        """
+        if not self.distributed:
+            return choice
+        value = torch.tensor([-1 if choice is None else choice], dtype=torch.int64)
+        dist.broadcast(value, src=0)
+        return None if int(value.item()) < 0 else int(value.item())
 
     def share_bytes(self, data: bytes | None) -> bytes:
         """The leader's ``data`` on every rank (others pass None). Bytes, never pickles."""
@@ -150,8 +181,50 @@ class Ranks:
         return shared
 
     def close(self) -> None:
+        """Leave the job's process group (nothing to leave for one process, or once left)."""
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def check_node_address(environ: Mapping[str, str] | None = None) -> None:
+    """A ConfigError when this process is one of a job over several nodes whose ranks would advertise a loopback
+    address to the others.
+
+    Unless ``GLOO_SOCKET_IFNAME`` names an interface, gloo binds the first address this node's hostname resolves to
+    (the loopback when it resolves to none). In many containers that is 127.0.0.1, which the other nodes cannot
+    reach, and the job would hang while joining until the timeout, with nothing said (the other nodes cannot tell
+    it from a slow start). So it is refused here, before joining.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("GLOO_SOCKET_IFNAME") or not _several_nodes(environ):
+        return
+    hostname = socket.gethostname()
+    try:
+        addresses = [info[4][0] for info in socket.getaddrinfo(hostname, None, type=socket.SOCK_STREAM)]
+    except OSError:  # socket.gaierror: gloo falls back to the loopback
+        addresses = []
+    if addresses and not ipaddress.ip_address(addresses[0].split("%")[0]).is_loopback:
+        return
+    found = (
+        f"resolves to {addresses[0]}, a loopback address"
+        if addresses
+        else "resolves to no address, so gloo would use the loopback"
+    )
+    raise ConfigError(
+        f"this job spans several nodes but this node's hostname {hostname!r} {found}, which the other nodes "
+        "cannot reach: set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on CUDA) to the network interface the nodes "
+        "reach each other on (e.g. GLOO_SOCKET_IFNAME=eth0; ip -brief address lists them)"
+    )
+
+
+def _several_nodes(environ: Mapping[str, str]) -> bool:
+    """Whether torchrun launched this process as one of a job over several nodes (agents)."""
+    try:
+        if int(environ.get("GROUP_WORLD_SIZE", "1")) > 1:
+            return True
+        return "LOCAL_WORLD_SIZE" in environ and int(environ["WORLD_SIZE"]) > int(environ["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return False
 
 
 class Sharding:
@@ -178,7 +251,8 @@ class Sharding:
         self.device = torch.device(device)
         self._device_group = None
         if self.ranks.distributed and self.device.type == "cuda":
-            self._device_group = dist.new_group(backend="nccl", timeout=TIMEOUT)
+            timeout = None if self.ranks.timeout_s is None else timedelta(seconds=self.ranks.timeout_s)
+            self._device_group = dist.new_group(backend="nccl", timeout=timeout)
 
     @property
     def distributed(self) -> bool:

@@ -113,3 +113,22 @@ def test_why_not_torch_adam_its_step_counters_are_read_on_the_host():
         assert watch.calls["aten._local_scalar_dense.default"] > 0  # on torch 2.13 each step tensor's .item(), twice
     assert [t.data_ptr() for p in theirs for t in (p, p.grad, *reference.state[p].values())] == state
     assert all(torch.equal(mine, ref) for mine, ref in zip(ours, theirs))
+
+
+def test_a_step_scale_of_zero_keeps_an_agent_and_of_one_changes_nothing():
+    """``evolution.frozen_elites``: a scale of 0 leaves that agent's parameters exactly as they were, while the others
+    take the very step an unscaled Adam takes."""
+    plain, scaled, initial = _params(), _params(), _params()
+    adam, frozen_first = BatchedAdam(plain, lr=LR), BatchedAdam(scaled, lr=LR)
+    scale = torch.tensor([0.0, 1.0, 1.0])
+    for grads in _grads(seed=2):
+        for optim, params in ((adam, plain), (frozen_first, scaled)):
+            optim.zero_grad()
+            for p, g in zip(params, grads):
+                p.grad.copy_(g)
+        adam.step()
+        frozen_first.step(scale)
+    for mine, theirs, start in zip(scaled, plain, initial):
+        assert torch.equal(mine[0], start[0])
+        assert torch.equal(mine[1:], theirs[1:])
+        assert not torch.equal(theirs[0], start[0])

@@ -114,6 +114,8 @@ def test_export_writes_the_three_files(capsys, exported, smoke_run, trained):
     assert spec["generation"] == 3
     assert spec["source"]["run_dir"] == str(smoke_run) and spec["source"]["config"] == state["config"]
     assert spec["architecture"]["tensors"] == {name: list(t.shape) for name, t in params.items()}
+    assert spec["precision"] == "float32" and spec["format_version"] == export.ACTOR_FORMAT_VERSION
+    assert spec["training_precision"]["bf16_encoder"] is False  # tests/offline/test_precision.py: a bf16 run
 
 
 def test_readme_code_reproduces_the_actor(exported, trained):

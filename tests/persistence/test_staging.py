@@ -152,8 +152,8 @@ def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_
 
     update = trainer._update
 
-    def update_then_say_so():
-        result = update()
+    def update_then_say_so(plan):
+        result = update(plan)
         if trainer.generation == 1:  # generation 2's updates, before its record phase
             next_generation_trained.set()
         return result

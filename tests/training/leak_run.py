@@ -178,7 +178,12 @@ def deepcopy_clones(mp, kept):
 @injection
 def a_replaced_best_agent_never_released(mp, kept):
     # Every comparison with the champion keeps the outgoing best alive, as the replaced system did on replacement.
-    wrap(mp, trainer_module, "validate", before=lambda population, *a: kept.append(copy.deepcopy(population.champion)))
+    wrap(
+        mp,
+        trainer_module,
+        "validate",
+        before=lambda population, *a, **kw: kept.append(copy.deepcopy(population.champion)),
+    )
 
 
 @injection

@@ -301,3 +301,35 @@ def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
     assert stopped.value.generation == 0
     assert trainer.population.actor_optim.steps == 1  # one update taken, the second never started
     assert checkpoint.latest_generation(trainer.run_dir) is None
+
+
+def test_frozen_elites_take_no_actor_step_and_the_others_do(tmp_path, monkeypatch):
+    """``evolution.frozen_elites``: in each generation the elites' actors leave the update phase exactly as evolution
+    left them (kept bit for bit from the fitness measurement); every other agent's actor moves."""
+    config = override(
+        preset("smoke"),
+        {
+            "checkpoint.uri": str(tmp_path),
+            "evolution.frozen_elites": True,
+            "ddpg.learning_starts": 0,
+            "runtime.generations": 2,
+        },
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    seen = []
+    update = Trainer._update
+
+    def watched(self, plan):
+        before = [p.detach().clone() for p in self.population.actor.parameters()]
+        result = update(self, plan)
+        after = list(self.population.actor.parameters())
+        moved = torch.stack([(a != b).flatten(1).any(dim=1) for a, b in zip(after, before)]).any(dim=0)  # (P,)
+        seen.append((plan.elite.clone(), moved))
+        return result
+
+    monkeypatch.setattr(Trainer, "_update", watched)
+    trainer.run(until=2)
+    assert len(seen) == 2
+    for elite, moved in seen:
+        assert elite.any() and not moved[elite].any()
+        assert moved[~elite].all()

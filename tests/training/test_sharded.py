@@ -1,17 +1,25 @@
 """The population sharded over processes (torchrun, gloo on the CPU) trains the run one process trains: the same
-evolution decisions, champion, metrics rows and parameters bit for bit; checkpoints of either resume with the other;
-a killed or stopped rank leaves the last checkpoint intact."""
+evolution decisions, champion, metrics rows and parameters bit for bit, on one node or two; checkpoints of either
+resume with the other; a killed or stopped rank leaves the last checkpoint intact, and a lost node ends the others
+within the collective timeout; a node whose ranks would advertise a loopback address to the others is refused."""
 
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
+import config as config_module
 from models.population import Population
 from models.replay import ReplayBuffer
 from persistence import checkpoint
@@ -20,7 +28,8 @@ from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
-from training.sharding import Ranks, Sharding
+from training.runs import RESUMABLE_CHANGES
+from training.sharding import Ranks, Sharding, check_node_address
 from utils.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,6 +197,92 @@ def test_nothing_to_resume_is_one_line_from_every_rank(tmp_path):
     assert list(root.iterdir()) == []
 
 
+# ----------------------------------------------------------------------------- two nodes on one machine
+
+
+@contextlib.contextmanager
+def two_nodes(tmp_path: Path, *extra: str) -> Iterator[list[subprocess.Popen]]:
+    """A job over two nodes of one process each: two torchrun launchers, separate process groups meeting at a c10d
+    rendezvous, in one network namespace of their own. The first hosts the rendezvous store. Each writes its output
+    to ``tmp_path/node-N.log`` and its rank's process id to ``tmp_path/pids-N``; everything is killed on the way
+    out."""
+    if not loopback_only.joinable():
+        pytest.skip("no network namespace can be made and joined here (unshare --net, nsenter)")
+    nodes: list[subprocess.Popen] = []
+    with loopback_only.shared() as enter:
+        try:
+            for node in (0, 1):
+                (tmp_path / f"pids-{node}").mkdir()
+                torchrun = [
+                    *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"),
+                    *("--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400", "--rdzv_id=two-nodes"),
+                    f"--rdzv_conf=is_host={int(node == 0)}",
+                ]
+                with open(tmp_path / f"node-{node}.log", "w") as log:
+                    nodes.append(
+                        subprocess.Popen(
+                            enter([*torchrun, SCRIPT, *TRAIN, "--checkpoint-uri", str(tmp_path / "runs"), *extra]),
+                            cwd=tmp_path,
+                            env={**ENV, "SHARDED_PIDS": str(tmp_path / f"pids-{node}")},
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,  # a node's launcher and its own, not the test's
+                        )
+                    )
+            yield nodes
+        finally:
+            for node, launcher in enumerate(nodes):
+                for group in (launcher.pid, *_node_ranks(tmp_path, node)):  # each rank has a session of its own
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(group, signal.SIGKILL)
+                launcher.wait()
+
+
+def _node_ranks(tmp_path: Path, node: int) -> list[int]:
+    """The process ids of the ranks a node of ``two_nodes`` started so far."""
+    return [int(path.read_text()) for path in (tmp_path / f"pids-{node}").glob("rank-*.pid")]
+
+
+def test_two_nodes_train_the_run_one_process_trains(tmp_path, reference):
+    with two_nodes(tmp_path, "--run-name", "r", "--generations", str(GENERATIONS)) as nodes:
+        codes = [launcher.wait(timeout=300) for launcher in nodes]
+    output = "".join((tmp_path / f"node-{node}.log").read_text() for node in (0, 1))
+    assert codes == [0, 0], output
+    assert "x 2 processes (torch.distributed)" in output
+    assert_same_run(tmp_path / "runs" / "r", reference)
+
+
+NODE_TIMEOUT_S = 20
+
+
+@pytest.mark.parametrize(
+    "strike",
+    [signal.SIGKILL, signal.SIGSTOP],  # lost with a TCP reset for the survivor, or without (frozen, cut off)
+    ids=["killed", "frozen"],
+)
+def test_a_lost_node_ends_the_other_within_the_collective_timeout(tmp_path, strike):
+    timeout = ["--set", f"runtime.collective_timeout_s={NODE_TIMEOUT_S}"]
+    with two_nodes(tmp_path, "--run-name", "r", "--generations", "200", *timeout) as (survivor, lost):
+        run_dir = tmp_path / "runs" / "r"
+        wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1, timeout=300)
+        wait_for(lambda: len(_node_ranks(tmp_path, 0)) == len(_node_ranks(tmp_path, 1)) == 1)
+        assert survivor.poll() is None and lost.poll() is None
+        struck = time.monotonic()
+        # The whole node that does not host the rendezvous store: its launcher and its rank.
+        for group in (lost.pid, *_node_ranks(tmp_path, 1)):
+            os.killpg(group, strike)
+        code = survivor.wait(timeout=NODE_TIMEOUT_S + 60)
+        ended = time.monotonic() - struck
+        output = (tmp_path / "node-0.log").read_text()
+        assert code != 0, output
+        assert ended < NODE_TIMEOUT_S + 30, output  # the collective's timeout at most, then torchrun's teardown
+        assert all(_gone(pid) for pid in _node_ranks(tmp_path, 0))
+    folders = [generation for generation, _ in checkpoint.generation_folders(run_dir)]
+    assert folders and checkpoint.complete_generations(run_dir) == sorted(folders)  # nothing partial to load
+    for generation in folders:
+        assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation)) == []
+
+
 # ----------------------------------------------------------------------------- in one process
 
 
@@ -276,3 +371,87 @@ def test_the_one_process_commands_refuse_several_processes(monkeypatch, capsys, 
     assert capsys.readouterr().err.strip() == (
         f"error: {command} runs in one process: start it with python, not torchrun"
     )
+
+
+SEVERAL_NODES = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "2"}
+"""What torchrun sets in the process of a job over two nodes of one process each."""
+
+
+def _hostname_resolves_to(monkeypatch, *addresses: str) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "node-7")
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        assert host == "node-7"
+        if not addresses:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in addresses]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.parametrize(
+    ("environ", "addresses"),
+    [
+        (SEVERAL_NODES, ("127.0.0.1",)),
+        (SEVERAL_NODES, ("127.0.1.1", "10.0.0.5")),  # gloo binds the first
+        (SEVERAL_NODES, ("::1",)),
+        (SEVERAL_NODES, ()),  # gloo falls back to the loopback
+        ({k: v for k, v in SEVERAL_NODES.items() if k != "GROUP_WORLD_SIZE"}, ("127.0.0.1",)),
+        ({**SEVERAL_NODES, "GLOO_SOCKET_IFNAME": ""}, ("127.0.0.1",)),
+    ],
+)
+def test_a_node_that_would_advertise_a_loopback_address_is_refused_before_joining(monkeypatch, environ, addresses):
+    _hostname_resolves_to(monkeypatch, *addresses)
+    with pytest.raises(ConfigError) as refused:
+        check_node_address(environ)
+    message = str(refused.value)
+    assert "node-7" in message and "GLOO_SOCKET_IFNAME" in message and "NCCL_SOCKET_IFNAME" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("environ", "addresses"),
+    [
+        ({**SEVERAL_NODES, "GLOO_SOCKET_IFNAME": "eth0"}, ("127.0.0.1",)),  # gloo binds the interface named
+        (SEVERAL_NODES, ("10.0.0.5", "127.0.0.1")),
+        ({**SEVERAL_NODES, "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "1"}, ("127.0.0.1",)),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, ("127.0.0.1",)),  # another launcher: nodes unknown
+    ],
+)
+def test_one_node_or_a_reachable_address_joins(monkeypatch, environ, addresses):
+    _hostname_resolves_to(monkeypatch, *addresses)
+    check_node_address(environ)
+
+
+def test_the_refusal_is_one_line_and_status_2_before_anything_is_written(monkeypatch, capsys, tmp_path):
+    import main
+
+    for key, value in {**SEVERAL_NODES, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    _hostname_resolves_to(monkeypatch, "127.0.0.1")
+    # A short timeout, should the refusal fail and the process try to join.
+    argv = [*TRAIN, "--checkpoint-uri", str(tmp_path / "runs"), "--set", "runtime.collective_timeout_s=2"]
+    assert main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: this job spans several nodes") and err.count("\n") == 1, err
+    assert not dist.is_initialized()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_runs_collective_timeout_replaces_the_one_the_group_was_joined_with(monkeypatch, tmp_path):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # listen on the loopback only
+    store = f"file://{tmp_path / 'store'}"
+    dist.init_process_group("gloo", init_method=store, rank=0, world_size=1, timeout=timedelta(seconds=300))
+    try:
+        ranks = Ranks(0, 1, timeout_s=300.0)
+        ranks.set_timeout(15.0)
+        assert ranks.timeout_s == 15.0
+        host_group = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert host_group.options._timeout == timedelta(seconds=15)
+    finally:
+        dist.destroy_process_group()
+    assert "runtime.collective_timeout_s" in RESUMABLE_CHANGES
+    for wrong in ("0.5", "86401"):
+        with pytest.raises(ConfigError, match=r"runtime.collective_timeout_s must be in \[1, 86400\]"):
+            config_module.override(config_module.preset("smoke"), {"runtime.collective_timeout_s": wrong})

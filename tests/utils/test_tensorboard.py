@@ -31,7 +31,7 @@ def row(generation: int, **fields) -> dict:
         "critic_loss": 2.0,
         "actor_loss": -1.0,
         "rss_bytes": 1024 * generation,
-        "evaluate_s": 0.5,
+        "rollout_s": 0.5,
         "env_steps_per_s": 4096.0,
         "elites": [0, 3],
         "updates": 8,
@@ -71,7 +71,7 @@ def test_rows_become_grouped_scalars_at_their_generation(tmp_path):
     assert scalar_series(acc, "validation/champion") == [(1, 1.5), (2, 1.5)]
     assert scalar_series(acc, "loss/actor") == [(1, -1.0), (2, -1.0)]
     assert scalar_series(acc, "memory/rss_bytes") == [(1, 1024.0), (2, 2048.0)]
-    assert scalar_series(acc, "time/evaluate_s") == [(1, 0.5), (2, 0.5)]
+    assert scalar_series(acc, "time/rollout_s") == [(1, 0.5), (2, 0.5)]
     assert scalar_series(acc, "speed/env_steps_per_s") == [(1, 4096.0), (2, 4096.0)]
     assert scalar_series(acc, "other/updates") == [(1, 8.0), (2, 8.0)]
     assert not any("generation" in tag or "elites" in tag for tag in acc.Tags()["scalars"])

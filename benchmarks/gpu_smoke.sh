@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# The one command a GPU pod runs first: does the code work on CUDA, and how fast is a paper generation?
+#
+#   bash benchmarks/gpu_smoke.sh [OUT.md]        # figures to OUT.md (default gpu_smoke.md), tables as BENCHMARKS.md's
+#
+# 1. the gpu-marked tests;
+# 2. paper-preset generations (benchmarks/memory_soak.py, the real trainer) with TF32 off and on
+#    (runtime.matmul_precision highest / high) and bf16 encoders off and on: seconds a generation and its phases;
+# 3. a smoke run on cuda resumed with --device cpu for one more generation (it must say it is not bit for bit);
+# 4. with two or more GPUs (nvidia-smi -L): a paper run under torchrun with 2 processes and the same run with one,
+#    their parameters compared by `main.py inspect --json` (params_sha256) and their speeds side by side.
+#
+# Without CUDA it prints one line and exits 2, writing nothing. It exits 1 when a check failed (the figures it has
+# are still written, and the work folder with the logs is kept), else 0.
+#
+# Needs pytest: pip install -r requirements-dev.txt (its torch range accepts a CUDA image's own build).
+# Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (paper generations per timing, default 3; the first is
+# left out of the medians), GPU_SMOKE_WORK (folder for runs and logs, kept; default a temporary one, removed when
+# every check passed), GPU_SMOKE_DRY_RUN=1 (print the commands, one a line, and run none; assumes 2 GPUs).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+GENERATIONS="${GPU_SMOKE_GENERATIONS:-3}"
+DRY_RUN="${GPU_SMOKE_DRY_RUN:-0}"
+OUT="${1:-gpu_smoke.md}"
+[[ "$OUT" == /* ]] || OUT="$PWD/$OUT"
+cd "$REPO"
+
+FAILED=0
+REPORT=""
+
+# Run a command with its output in the log $1; in a dry run, print it (shell-quoted) instead.
+run() {
+    local log="$1"
+    shift
+    if [[ "$DRY_RUN" == 1 ]]; then
+        local line
+        printf -v line '%q ' "$@"
+        echo "${line% }"
+        return 0
+    fi
+    echo "gpu_smoke: $*" >&2
+    if "$@" >"$log" 2>&1; then
+        return 0
+    fi
+    echo "gpu_smoke: failed, see $log:" >&2
+    tail -n 20 "$log" >&2
+    return 1
+}
+
+fail() {
+    FAILED=1
+    echo "gpu_smoke: FAILED: $*" >&2
+}
+
+add() {
+    REPORT+="$*"$'\n'
+}
+
+# One markdown row of a run's metrics.jsonl, "| LABEL | figures | EXTRA... |": the medians over the generations after
+# the first (start-up, cold caches).
+figures() {
+    "$PYTHON" - "$@" <<'EOF'
+import json, statistics, sys
+from pathlib import Path
+label, run_dir, extra = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+rows = rows[1:] or rows
+med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)
+phases = ("generation_s", "rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s", "checkpoint_write_s")
+cells = [f"{med(key):.3f}" for key in phases]
+cells.append(f"{med('env_steps_per_s'):,.0f}")
+cells.append(f"{max(r['cuda_reserved_bytes'] for r in rows) / 2**30:.2f} GiB")
+print("| " + " | ".join([label, *cells, *extra]) + " |")
+EOF
+}
+
+# Append figures' row to ROWS (or a row that says they could not be read).
+add_row() {
+    local row
+    if row="$(figures "$@")"; then
+        ROWS+="$row"$'\n'
+    else
+        fail "the figures of $2"
+        ROWS+="| $1 | unreadable |"$'\n'
+    fi
+}
+
+params_sha256() {
+    "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$1"
+}
+
+check_cuda() {
+    if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        echo "gpu_smoke.sh needs a CUDA device (torch.cuda.is_available() is false here); nothing was run" >&2
+        exit 2
+    fi
+}
+
+machine() {
+    local gpu driver count
+    gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" ||
+        gpu="$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name())')"
+    driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)" || driver="unknown"
+    count="$(gpu_count)"
+    add "## GPU smoke: $gpu"
+    add ""
+    add "**Machine:** $count × $gpu (driver $driver), $("$PYTHON" -c 'import platform, torch
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}")'), \
+$(nproc) CPU cores; $(date -u +%Y-%m-%d). From \`bash benchmarks/gpu_smoke.sh\`."
+    add ""
+}
+
+gpu_count() {
+    if [[ "$DRY_RUN" == 1 ]]; then
+        echo 2
+    else
+        nvidia-smi -L | grep -c '^GPU' || true
+    fi
+}
+
+gpu_tests() {
+    local log="$WORK/logs/pytest-gpu.log" result
+    if run "$log" "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider; then
+        result="passed"
+    else
+        result="FAILED"
+        fail "the gpu-marked tests"
+    fi
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### The gpu-marked tests"
+    add ""
+    add "\`python -m pytest -q -m gpu\`: $result ($(tail -n 1 "$log"))"
+    add ""
+}
+
+paper_timings() {
+    local matmul bf16 name
+    ROWS=""
+    for matmul in highest high; do
+        for bf16 in false true; do
+            name="paper-$matmul-bf16-$bf16"
+            if run "$WORK/logs/$name.log" "$PYTHON" benchmarks/memory_soak.py --preset paper \
+                --generations "$GENERATIONS" --out "$WORK/timings/$name" \
+                --set runtime.device=cuda --set "runtime.matmul_precision=$matmul" --set "model.bf16_encoder=$bf16"; then
+                [[ "$DRY_RUN" == 1 ]] || add_row "$matmul | $bf16" "$WORK/timings/$name"
+            else
+                fail "paper generations with runtime.matmul_precision=$matmul model.bf16_encoder=$bf16"
+                ROWS+="| $matmul | $bf16 | failed |"$'\n'
+            fi
+        done
+    done
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### A paper generation: TF32 and bf16 encoders"
+    add ""
+    add "\`python benchmarks/memory_soak.py --preset paper --generations $GENERATIONS --set runtime.matmul_precision=M"
+    add "--set model.bf16_encoder=B\` on the bundled data; seconds, the median of generations 2 to $GENERATIONS."
+    add ""
+    add "| matmul precision | bf16 encoder | s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | env steps/s | CUDA reserved (max) |"
+    add "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    REPORT+="$ROWS"
+    add ""
+}
+
+resume_on_cpu() {
+    local root="$WORK/resume" result
+    local common=(--checkpoint-uri "$root" --run-name cuda-then-cpu --no-progress)
+    if ! run "$WORK/logs/resume-cuda.log" "$PYTHON" main.py --preset smoke --device cuda --generations 2 "${common[@]}"; then
+        fail "the smoke run on cuda"
+        result="the run on cuda failed"
+    elif ! run "$WORK/logs/resume-cpu.log" "$PYTHON" main.py --resume --device cpu --generations 3 "${common[@]}"; then
+        fail "--resume --device cpu"
+        result="the resume on the CPU failed"
+    elif [[ "$DRY_RUN" == 1 ]]; then
+        return 0
+    elif [[ ! -f "$root/cuda-then-cpu/gen-000003/manifest.json" ]]; then
+        fail "the resume on the CPU wrote no generation 3"
+        result="FAILED: no generation 3"
+    elif ! grep -q "not bit for bit" "$WORK/logs/resume-cpu.log"; then
+        fail "the resume on the CPU did not say that the device changed"
+        result="FAILED: generation 3 written, but no note of the device change"
+    else
+        result="generation 3 written on the CPU, with the line \"$(grep -m 1 'not bit for bit' "$WORK/logs/resume-cpu.log")\""
+    fi
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### Resume across devices"
+    add ""
+    add "\`main.py --preset smoke --device cuda --generations 2\`, then \`--resume --device cpu --generations 3\`: $result"
+    add ""
+}
+
+sharded() {
+    local count root="$WORK/sharded" w sha sha1="" sha2="" verdict="not compared (a run failed)"
+    count="$(gpu_count)"
+    if ((count < 2)); then
+        if [[ "$DRY_RUN" != 1 ]]; then
+            add "### The population over 2 GPUs (torchrun)"
+            add ""
+            add "Not run: nvidia-smi lists $count GPU."
+            add ""
+        fi
+        return 0
+    fi
+    local common=(--preset paper --generations "$GENERATIONS" --device cuda --checkpoint-uri "$root" --no-progress)
+    ROWS=""
+    for w in 1 2; do
+        local launcher=("$PYTHON")
+        ((w == 1)) || launcher+=(-m torch.distributed.run --standalone "--nproc_per_node=$w") # torchrun
+        if run "$WORK/logs/sharded-w$w.log" "${launcher[@]}" main.py "${common[@]}" --run-name "w$w" &&
+            run "$WORK/logs/inspect-w$w.json" "$PYTHON" main.py inspect "$root/w$w" --json; then
+            [[ "$DRY_RUN" == 1 ]] && continue
+            sha="$(params_sha256 "$WORK/logs/inspect-w$w.json")" || sha=""
+            if ((w == 1)); then sha1="$sha"; else sha2="$sha"; fi
+            add_row "$w" "$root/w$w" "\`${sha:0:16}\`"
+        else
+            fail "the paper run with $w process(es)"
+            ROWS+="| $w | failed |"$'\n'
+        fi
+    done
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    if [[ -n "$sha1" && -n "$sha2" ]]; then
+        if [[ "$sha1" == "$sha2" ]]; then verdict="equal, bit for bit"; else verdict="DIFFERENT"; fi
+    fi
+    add "### The population over 2 GPUs (torchrun)"
+    add ""
+    add "\`torchrun --standalone --nproc_per_node=2 main.py --preset paper --generations $GENERATIONS --device cuda\`"
+    add "against the same with one process; seconds, the median of generations 2 to $GENERATIONS. Parameters after"
+    add "generation $GENERATIONS (\`params_sha256\` of \`main.py inspect --json\`, its first 16 digits below): $verdict."
+    add ""
+    add "| W | s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | env steps/s | CUDA reserved (max, rank 0) | params_sha256 |"
+    add "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    REPORT+="$ROWS"
+    add ""
+}
+
+if [[ "$DRY_RUN" == 1 ]]; then
+    WORK="${GPU_SMOKE_WORK:-gpu-smoke-work}"
+else
+    check_cuda
+    if [[ -n "${GPU_SMOKE_WORK:-}" ]]; then
+        WORK="$GPU_SMOKE_WORK"
+        [[ "$WORK" == /* ]] || WORK="$OLDPWD/$WORK" # given from where the script was started
+        KEEP_WORK=1
+    else
+        WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-smoke.XXXXXX")"
+        KEEP_WORK=0
+    fi
+    mkdir -p "$WORK/logs" "$WORK/timings"
+    machine
+fi
+
+gpu_tests
+paper_timings
+resume_on_cpu
+sharded
+
+[[ "$DRY_RUN" == 1 ]] && exit 0
+printf '%s' "$REPORT" >"$OUT"
+echo "gpu_smoke: figures in $OUT" >&2
+if ((FAILED)); then
+    echo "gpu_smoke: some checks failed; runs and logs are in $WORK" >&2
+    exit 1
+fi
+((KEEP_WORK)) || rm -rf "$WORK"

@@ -1,0 +1,117 @@
+"""benchmarks/gpu_smoke.sh, checked on a machine without CUDA: it parses, refuses in one line writing nothing, and the
+commands its dry run prints are well-formed (their flags parse, their ``--set`` keys and values make a config)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import config
+import main
+from benchmarks import memory_soak
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_smoke.sh"
+
+
+def script(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=environment, capture_output=True, text=True)
+
+
+def test_the_script_parses():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("args", [(), ("figures.md",)])
+def test_without_cuda_it_says_so_in_one_line_exits_2_and_writes_nothing(tmp_path, args):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    done = script(*args, cwd=cwd, TMPDIR=str(scratch))
+    assert done.returncode == 2
+    lines = (done.stdout + done.stderr).splitlines()
+    assert len(lines) == 1 and "needs a CUDA device" in lines[0], lines
+    assert not any(cwd.iterdir()) and not any(scratch.iterdir())
+    assert not (REPO / "gpu_smoke.md").exists()
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory) -> list[list[str]]:
+    """The dry run's commands, split as the shell would, the interpreter left out."""
+    cwd = tmp_path_factory.mktemp("dry-run")
+    done = script(str(cwd / "out.md"), cwd=cwd, GPU_SMOKE_DRY_RUN="1", GPU_SMOKE_WORK=str(cwd / "work"))
+    assert done.returncode == 0, done.stderr
+    assert not any(cwd.iterdir())  # a dry run writes nothing
+    lines = [shlex.split(line) for line in done.stdout.splitlines()]
+    assert all(line[0] == sys.executable for line in lines)
+    return [line[1:] for line in lines]
+
+
+def train_config(argv: list[str]) -> config.Config:
+    """The config ``python main.py ARGV`` would train with (its flags parsed, its settings applied to its preset)."""
+    args = main._train_parser().parse_args(argv)
+    return config.override(config.preset(args.preset), main._explicit_settings(args))
+
+
+def test_the_gpu_tests_are_selected_by_a_declared_marker(commands):
+    assert commands[0][:3] == ["-m", "pytest", "-q"] and commands[0][3:5] == ["-m", "gpu"]
+    assert '"gpu: ' in (REPO / "pyproject.toml").read_text()
+
+
+def test_the_paper_timings_cover_tf32_and_bf16_on_and_off(commands, monkeypatch):
+    class CapturedError(Exception):
+        pass
+
+    def capture(config_, generations, **_):
+        raise CapturedError(config_, generations)
+
+    monkeypatch.setattr(memory_soak, "soak", capture)
+    seen = set()
+    for argv in commands:
+        if argv[0] != "benchmarks/memory_soak.py":
+            continue
+        with pytest.raises(CapturedError) as captured:  # memory_soak's own parsing and config, up to the run
+            memory_soak.main(argv[1:])
+        settings, generations = captured.value.args
+        assert settings.runtime.device == "cuda" and generations >= 2  # the first generation is left out
+        assert settings.evolution.popsize == config.preset("paper").evolution.popsize
+        seen.add((settings.runtime.matmul_precision, settings.model.bf16_encoder))
+    assert seen == {("highest", False), ("highest", True), ("high", False), ("high", True)}
+
+
+def test_the_resume_moves_a_cuda_run_to_the_cpu(commands):
+    runs = [argv[1:] for argv in commands if argv[0] == "main.py" and "cuda-then-cpu" in argv]
+    assert len(runs) == 2 and "--resume" not in runs[0] and "--resume" in runs[1]
+    first, then = train_config(runs[0]), train_config(runs[1])
+    assert (first.runtime.device, first.runtime.generations) == ("cuda", 2)
+    assert (then.runtime.device, then.runtime.generations) == ("cpu", 3)
+    assert first.checkpoint == then.checkpoint
+
+
+def test_the_sharded_runs_differ_only_in_the_process_count_and_are_inspected(commands):
+    runs = {}
+    for index, argv in enumerate(commands):
+        if "main.py" not in argv or "cuda-then-cpu" in argv or "inspect" in argv:
+            continue
+        split = argv.index("main.py")
+        launcher, settings = argv[:split], train_config(argv[split + 1 :])
+        if launcher:  # torchrun
+            assert launcher == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        run_dir = f"{settings.checkpoint.uri}/{settings.checkpoint.run_name}"
+        assert commands[index + 1] == ["main.py", "inspect", run_dir, "--json"]
+        runs[2 if launcher else 1] = settings
+    assert set(runs) == {1, 2}
+    assert runs[1].runtime.device == "cuda" and runs[1].evolution.popsize % 2 == 0
+    assert runs[1].checkpoint.run_name != runs[2].checkpoint.run_name
+    renamed = dataclasses.replace(runs[2].checkpoint, run_name=runs[1].checkpoint.run_name)
+    assert dataclasses.replace(runs[2], checkpoint=renamed) == runs[1]
