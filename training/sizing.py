@@ -256,7 +256,7 @@ def process_bytes(
     needs[PHASES[largest]] = phases[largest]
     if torch.device(device).type == "cuda":
         needs[CUDA_RUNTIME] = CUDA_RUNTIME_BYTES
-        if getattr(config.runtime, "compile", False):  # the graphs' private pool keeps their intermediates reserved
+        if config.runtime.compile:  # the graphs' private pool keeps their intermediates reserved
             rows = agents * episodes * num_assets  # the largest of the graphs: validation runs one episode
             needs[GRAPH_POOL] = forward_peak_bytes(config.model, rows=rows, window=window, shared_windows=True)
         if processes > 1:

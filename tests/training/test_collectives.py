@@ -18,7 +18,7 @@ import pytest
 
 from persistence import checkpoint
 from tests.run_checks import deterministic, finish, rows, state_digest
-from tests.training.test_sharded import ENV, TRAIN, namespaced
+from tests.training.test_sharded import launch as sharded_launch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "tests" / "sharded_checked.py")
@@ -30,19 +30,7 @@ HOST_METHODS = {"any", "leader_choice", "share_bytes", "share_tensors", "gather_
 
 
 def launch(root: Path, name: str, *, processes: int, env: dict[str, str]) -> subprocess.Popen:
-    if processes == 1:
-        command = [sys.executable, SCRIPT]
-    else:
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        command = namespaced([*torchrun, SCRIPT])
-    return subprocess.Popen(
-        [*command, *TRAIN, "--generations", str(GENERATIONS), "--checkpoint-uri", str(root), "--run-name", name],
-        cwd=root.parent,
-        env={**ENV, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return sharded_launch(root, name, "--generations", str(GENERATIONS), processes=processes, env=env, script=SCRIPT)
 
 
 @pytest.fixture(scope="module")

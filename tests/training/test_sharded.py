@@ -49,14 +49,21 @@ def namespaced(command: list[str]) -> list[str]:
     return loopback_only.command(command)
 
 
-def launch(root: Path, name: str, *extra: str, processes: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+def launch(
+    root: Path,
+    name: str,
+    *extra: str,
+    processes: int,
+    env: dict[str, str] | None = None,
+    script: str = SCRIPT,
+) -> subprocess.Popen:
     """One process with plain python (no torchrun), or ``processes`` under torchrun, in a network namespace of its
-    own (only loopback there)."""
+    own (only loopback there), running ``script`` (a ``main.py`` with the tests' hooks)."""
     if processes == 1:
-        command = [sys.executable, SCRIPT]
+        command = [sys.executable, script]
     else:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        command = namespaced([*torchrun, SCRIPT])
+        command = namespaced([*torchrun, script])
     return subprocess.Popen(
         [*command, *TRAIN, "--checkpoint-uri", str(root), "--run-name", name, *extra],
         cwd=root.parent,
