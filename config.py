@@ -258,8 +258,6 @@ class RuntimeConfig:
     """Show a progress bar over generations."""
     matmul_precision: MatmulPrecision = "highest"
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
-    compile: bool = False
-    """On CUDA: the per-day forwards as CUDA graphs (torch.compile reduce-overhead); ignored on the CPU."""
     collective_timeout_s: float = 300.0
     """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 
@@ -271,6 +269,12 @@ class RuntimeConfig:
 
 RENAMED_SECTIONS = {"evaluation": "rollout"}
 """Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads."""
+RETIRED_KEYS = {
+    "runtime.compile": "torch.compile's CUDA graphs of the per-day forwards crashed on a GPU and were never measured "
+    "to pay (README, Speed)",
+}
+"""Keys of earlier versions that no longer exist, with why: a checkpoint's config.json holding one still loads (the
+key is dropped); ``--set`` of one is refused with the reason."""
 
 
 @dataclass(frozen=True)
@@ -320,6 +324,7 @@ class Config:
             raw = values.get(section.name, {})
             if not isinstance(raw, dict):
                 raise ConfigError(f"config section {section.name!r} must be an object")
+            raw = {k: v for k, v in raw.items() if f"{section.name}.{k}" not in RETIRED_KEYS}
             section_cls = _section_types()[section.name]
             known = {f.name for f in dataclasses.fields(section_cls)}
             unknown = sorted(set(raw) - known)
@@ -405,6 +410,7 @@ def override(config: Config, values: dict[str, Any]) -> Config:
     """A copy of ``config`` with dotted keys replaced; values may be strings (from ``--set``) or typed."""
     sections = {s.name: {} for s in dataclasses.fields(Config)}
     for key, value in values.items():
+        _refuse_retired(key)
         section_name, _, name = key.partition(".")
         if section_name not in sections or not name:
             raise ConfigError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
@@ -434,6 +440,7 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
 
 def coerce_setting(key: str, value: Any) -> Any:
     """A dotted key's value as the config holds it (``"8"`` -> 8), or a ConfigError."""
+    _refuse_retired(key)
     section_name, _, name = key.partition(".")
     section_cls = _section_types().get(section_name)
     types_ = _field_types(section_cls) if section_cls is not None else {}
@@ -453,6 +460,11 @@ def field_docs() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _refuse_retired(key: str) -> None:
+    if key in RETIRED_KEYS:
+        raise ConfigError(f"config key {key} was removed: {RETIRED_KEYS[key]}")
 
 
 def _require(ok: bool, key: str, message: str) -> None:

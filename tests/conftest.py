@@ -4,24 +4,61 @@ evidence); the builders behind them live in tests/synthetic.py."""
 from __future__ import annotations
 
 import secrets
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+import torch
 
 import main
 from environment.market import Market
 from persistence.gcs import EMULATOR_ENV
+from tests.emulated_cuda import EmulatedCuda, emulate_cuda
 from tests.gcs_server import GCSEmulator, emulator_binary
 from tests.synthetic import make_market
 from training.records import block_means
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def market() -> Market:
     return make_market()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CUDA: the emulated device on every machine (tests/emulated_cuda.py), a real GPU where there is one (gpu-marked).
+
+
+class Cuda(NamedTuple):
+    kind: str
+    """"emulated" (the CPU, strict as a GPU) or "gpu"."""
+    mode: EmulatedCuda | None
+    """The emulation, active for the test's duration; None on a real GPU."""
+    main: list[str]
+    """The command that runs ``main.py`` on this CUDA in a process of its own."""
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("emulated", id="emulated-cuda"),
+        pytest.param(
+            "gpu",
+            id="gpu",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ]
+)
+def cuda(request: pytest.FixtureRequest) -> Iterator[Cuda]:
+    """A CUDA device for the test: emulated on the CPU (every machine runs the CUDA path), or the real GPU."""
+    if request.param == "gpu":
+        yield Cuda("gpu", None, [sys.executable, str(ROOT / "main.py")])
+        return
+    with emulate_cuda() as mode:
+        yield Cuda("emulated", mode, [sys.executable, str(ROOT / "tests" / "emulated_main.py")])
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import config
-from config import Config, override, parse_assignments, preset
+from config import Config, coerce_setting, override, parse_assignments, preset
 from utils.errors import ConfigError
 
 
@@ -106,3 +106,15 @@ def test_a_config_written_before_the_rollout_section_was_renamed_still_loads():
     assert loaded == override(Config(), {"rollout.episodes": 12})
     with pytest.raises(ConfigError, match="evaluation"):
         override(Config(), {"evaluation.episodes": 12})  # on the command line only the new name
+
+
+def test_a_config_naming_a_removed_key_still_loads_and_the_key_is_refused_with_why():
+    written = Config().to_dict()
+    written["runtime"]["compile"] = True  # runtime.compile, removed
+    assert Config.from_dict(written) == Config()
+    for set_it in (
+        lambda: override(Config(), {"runtime.compile": "true"}),
+        lambda: coerce_setting("runtime.compile", 1),
+    ):
+        with pytest.raises(ConfigError, match=r"runtime.compile was removed: .*crashed on a GPU"):
+            set_it()

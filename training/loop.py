@@ -34,10 +34,11 @@ from models.ddpg import UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
 from persistence.provenance import market_fingerprint
+from training.boundary import to_host
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness, training_windows
 from training.records import Scores, format_line, generation_row
-from training.rollout import SharedSteps, StepPolicies, collect, validate
+from training.rollout import SharedSteps, collect, validate
 from training.run_state import LoopCheckpoints
 from training.selection import SequentialGate, choose_champion, edge_bounds, selection_z, validation_block_length
 from training.sharding import Sharding
@@ -60,7 +61,8 @@ def make_gate(config: Config, market: Market) -> SequentialGate | None:
     if selection.method != "bootstrap":
         return None
     validation = market.splits.validation
-    mean_block = selection.block_days or validation_block_length(market.relatives[validation.start : validation.stop])
+    relatives = to_host(market.relatives[validation.start : validation.stop])  # (D, N)
+    mean_block = selection.block_days or validation_block_length(relatives)
     return SequentialGate(
         len(validation),
         alpha=selection.alpha,
@@ -154,13 +156,6 @@ class Trainer:
             generator=self.generators["init"],
             slots=self.sharding.slots,
         )
-        # The per-day forwards: traced into CUDA graphs with runtime.compile on a GPU, eager elsewhere.
-        compiled = config.runtime.compile and self.device.type == "cuda"
-        self.policies = (
-            StepPolicies.compiled(self.population, mode="reduce-overhead")
-            if compiled
-            else StepPolicies.eager(self.population)
-        )
         self.buffer = ReplayBuffer(
             ddpg.buffer_size,
             market.num_assets,
@@ -234,17 +229,17 @@ class Trainer:
         """Phase 2: agents, champion and equal weight on the same validation days; crown only a proven edge.
         The generation's one host synchronisation brings back everything the decisions and the log need."""
         popsize = self.config.evolution.popsize
-        daily = validate(self.population, self.validation_env, self.validation_starts, policies=self.policies)
+        daily = validate(self.population, self.validation_env, self.validation_starts)
         daily = self._gather_validation(daily)
         # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
-        daily = daily.cpu().to(torch.float64)  # (P + 2, D)
+        daily = to_host(daily, torch.float64)  # (P + 2, D)
         excess = daily[:popsize] - daily[popsize + 1]  # (P, D)
         if self.gate is None:
             z = selection_z(popsize, self.generation + 1, self.config.selection.alpha)
         else:
             z = self.gate.look(excess, self.generation + 1)
         edges = edge_bounds(daily[: popsize + 1], daily[popsize + 1], z=z)  # (P + 1,)
-        scores = Scores(fitness_per_agent.cpu(), edges, daily.sum(dim=1), z, excess)
+        scores = Scores(to_host(fitness_per_agent), edges, daily.sum(dim=1), z, excess)
         self._timer.mark("validate_s")
 
         crowned = choose_champion(
@@ -317,7 +312,7 @@ class Trainer:
             self._critic_loss_sum += losses.critic
             self._actor_loss_sum += losses.actor
         sums = self.sharding.gather(torch.stack([self._critic_loss_sum, self._actor_loss_sum], dim=1))  # (P, 2)
-        losses_host = sums.T.cpu() / max(updates, 1)
+        losses_host = to_host(sums.T) / max(updates, 1)
         self._timer.mark("update_s")
         return updates, losses_host
 
@@ -348,7 +343,7 @@ class Trainer:
         self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
         return row
 
-    def collect_episodes(self, start_days: torch.Tensor, *, policies: StepPolicies | None = None) -> torch.Tensor:
+    def collect_episodes(self, start_days: torch.Tensor) -> torch.Tensor:
         """Step 1's rollout: every agent on the E windows starting at ``start_days``, transitions into the ring.
 
         Returns (P, E, D) per-step rewards (the environment's history array, valid until its next reset).
@@ -362,7 +357,6 @@ class Trainer:
             stored_episodes=self.stored_episodes,
             generator=self.generators["exploration"],
             share=self._shared_steps,
-            policies=policies or self.policies,
         )
 
     def ddpg_step(self) -> UpdateLosses:

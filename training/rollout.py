@@ -1,15 +1,8 @@
-"""Running policies in the vectorised environment: training rollouts and validation.
-
-Each day of a rollout or of validation is a few dozen small kernels (the networks' forwards, the environment step),
-so a generation launches tens of thousands of them and a GPU waits on the launches more than it computes.
-``StepPolicies.compiled`` traces the networks' per-day forwards into one graph each (``torch.compile``, and with
-``mode="reduce-overhead"`` a CUDA graph replayed each day); eager forwards stay the default and the CPU's path.
-"""
+"""Running policies in the vectorised environment: training rollouts and validation."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
@@ -17,33 +10,6 @@ from environment.vector_env import Step, VectorPortfolioEnv
 from models.population import Population
 from models.replay import ReplayBuffer
 from training.sharding import Sharding
-
-
-class StepPolicies(NamedTuple):
-    """The per-day forwards of rollouts and validation: (windows, weights) -> logits or target weights."""
-
-    agent_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    """The held agents' logits (P, M, N + 1), before exploration noise."""
-    agent_weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    """The held agents' target weights, without noise (validation)."""
-    champion_weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-    @classmethod
-    def eager(cls, population: Population) -> StepPolicies:
-        return cls(population.actor.logits, population.actor, population.champion)
-
-    @classmethod
-    def compiled(cls, population: Population, *, mode: str | None = None, backend: str = "inductor") -> StepPolicies:
-        """Each forward traced whole (``fullgraph``: a break would split the day into several graphs) for fixed
-        shapes. The parameters are changed in place by training, evolution and crowning, never replaced, so the
-        graphs keep reading the live ones."""
-
-        def compile_(function):
-            return torch.compile(function, fullgraph=True, dynamic=False, mode=mode, backend=backend)
-
-        return cls(
-            compile_(population.actor.logits), compile_(population.actor.forward), compile_(population.champion.forward)
-        )
 
 
 @torch.no_grad()
@@ -57,7 +23,6 @@ def collect(
     stored_episodes: int,
     generator: torch.Generator,
     share: Callable[[Step], Step] = lambda step: step,
-    policies: StepPolicies | None = None,
 ) -> torch.Tensor:
     """Every agent held here runs every window; episodes where ``exploring`` (E,) is True add Gaussian noise of
     the agent's stdev to its logits. The transitions of the first ``stored_episodes`` episodes go to ``buffer``
@@ -67,13 +32,12 @@ def collect(
     Returns:
         (P, E, D) per-step rewards of the agents held here (the environment's history, valid until its next reset).
     """
-    policies = policies or StepPolicies.eager(population)
     obs = env.reset(start_days)
     # (P, E, 1): each agent's stdev on its exploring episodes, 0 on the others.
     noise_scale = population.exploration_stdev.view(-1, 1, 1) * exploring.view(1, -1, 1).to(obs.weights.dtype)
     slots = population.slots
     while obs is not None:
-        logits = policies.agent_logits(obs.windows.unsqueeze(0), obs.weights)  # (P, E, N + 1)
+        logits = population.actor.logits(obs.windows.unsqueeze(0), obs.weights)  # (P, E, N + 1)
         # Drawn for the whole population, each process keeping its slots' rows: a slot's noise is the same
         # however the population is split.
         shape = (population.popsize, *logits.shape[1:])
@@ -99,8 +63,6 @@ def validate(
     population: Population,
     env: VectorPortfolioEnv,
     start_days: torch.Tensor,
-    *,
-    policies: StepPolicies | None = None,
 ) -> torch.Tensor:
     """Deterministic policies of the P agents, the champion and equal weight on the same days.
 
@@ -110,7 +72,6 @@ def validate(
     Returns:
         (P + 2, E * D) daily log returns net of costs, episodes in order, the champion and equal weight last.
     """
-    policies = policies or StepPolicies.eager(population)
     popsize = len(population.slots)
     obs = env.reset(start_days)
     num_assets = obs.weights.shape[-1] - 1
@@ -120,8 +81,8 @@ def validate(
         windows = obs.windows.unsqueeze(0)
         actions = torch.cat(
             [
-                policies.agent_weights(windows, obs.weights[:popsize]),
-                policies.champion_weights(windows, obs.weights[popsize : popsize + 1]),
+                population.actor(windows, obs.weights[:popsize]),
+                population.champion(windows, obs.weights[popsize : popsize + 1]),
                 equal,
             ]
         )  # (P + 2, E, N + 1)

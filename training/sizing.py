@@ -54,9 +54,6 @@ PHASES = {
 }
 """The working memory of each phase, by the phase's name in ``working_bytes``."""
 CUDA_RUNTIME = "CUDA kernels, cuBLAS workspaces and allocator slack"
-GRAPH_POOL = (
-    f"CUDA graphs' pool of the rollout's forwards (runtime.compile: evolution.popsize x rollout.episodes x {WIDTHS})"
-)
 RING_COPIES = "replay ring's checkpoint copies (ddpg.buffer_size): staged and being written"
 POPULATION_COPIES = "population's checkpoint copies (evolution.popsize): staged and being written"
 GATE = "selection gate's resamples (selection.bootstrap_draws x data.validation_days)"
@@ -256,9 +253,6 @@ def process_bytes(
     needs[PHASES[largest]] = phases[largest]
     if torch.device(device).type == "cuda":
         needs[CUDA_RUNTIME] = CUDA_RUNTIME_BYTES
-        if config.runtime.compile:  # the graphs' private pool keeps their intermediates reserved
-            rows = agents * episodes * num_assets  # the largest of the graphs: validation runs one episode
-            needs[GRAPH_POOL] = forward_peak_bytes(config.model, rows=rows, window=window, shared_windows=True)
         if processes > 1:
             needs[f"NCCL buffers of {processes} processes"] = NCCL_BYTES
     return needs

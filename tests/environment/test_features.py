@@ -223,9 +223,7 @@ def test_bundled_data_set_market() -> None:
     assert torch.isfinite(market.features).all()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_tensors_on_cuda() -> None:
+def test_tensors_on_cuda(cuda) -> None:
     market = build_market(make_table(), **SETTINGS, device="cuda")
     assert market.features.is_cuda and market.relatives.is_cuda and market.benchmark is not None
     assert market.benchmark.is_cuda and market.device.type == "cuda"

@@ -79,10 +79,8 @@ def test_staged_copies_keep_the_sources_as_they_were_in_buffers_allocated_once()
         staging.capture({"population": {"w": torch.zeros(2, 4)}})
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_staging_from_cuda_is_pinned_and_complete_when_capture_returns():
-    source = torch.randn(1024, 1024, device="cuda")
+def test_staging_from_cuda_is_pinned_and_complete_when_capture_returns(cuda):
+    source = torch.randn(1024, 1024, device="cuda", generator=torch.Generator(device="cuda"))
     staging = StagingBuffers(source.device)
     staged = staging.capture({"group": {"t": source}})["group"]["t"]
     assert staged.is_pinned() and staged.device.type == "cpu"

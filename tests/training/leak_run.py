@@ -12,7 +12,9 @@ as a champion being replaced, is exercised as often as the per-step and per-gene
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy
+import gc
 import itertools
 import multiprocessing
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from config import override, preset
 from environment.vector_env import VectorPortfolioEnv
 from models.population import Population
 from models.replay import ReplayBuffer
+from tests.emulated_cuda import emulate_cuda
 from tests.run_checks import rows
 from training import loop as trainer_module
 from training.runs import start_run
@@ -73,14 +76,14 @@ def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     wrap(monkeypatch, trainer_module, "validate", after=winning)
 
 
-def _train(root: str, leak: str | None, generations: int, device: str) -> dict[str, Any]:
+def _train(root: str, leak: str | None, generations: int, device: str, emulated: bool) -> dict[str, Any]:
     """Runs in the child: inject, train, return the rows from ``WARM_FROM`` on and the console lines."""
     # One intra-op thread: which thread allocates, and so which malloc arena grows, then no longer depends on
     # how the cores are shared with other work, and RSS is as reproducible as the object counts.
     torch.set_num_threads(1)
     kept: list = []
     lines: list[str] = []
-    with pytest.MonkeyPatch.context() as monkeypatch:
+    with pytest.MonkeyPatch.context() as monkeypatch, emulate_cuda() if emulated else contextlib.nullcontext():
         if leak is not None:
             INJECTIONS[leak](monkeypatch, kept)
         crown_every_generation(monkeypatch)
@@ -102,14 +105,70 @@ def _train(root: str, leak: str | None, generations: int, device: str) -> dict[s
     return {"rows": measured, "lines": lines, "kept": len(kept)}
 
 
+def _garbage(root: str, device: str, emulated: bool, before: bool, generations: int) -> list[int]:
+    """Runs in the child: objects the collector finds in reference cycles after each generation, with the collector
+    off while it trains (``before``: the telemetry of before reads CUDA's memory through ``torch.cuda``)."""
+    torch.set_num_threads(1)
+    counts = []
+    with pytest.MonkeyPatch.context() as monkeypatch, emulate_cuda() if emulated else contextlib.nullcontext():
+        if before:
+            monkeypatch.setattr(trainer_module, "memory_snapshot", _memory_snapshot_through_torch_cuda)
+        config = override(
+            preset("smoke"),
+            {
+                "checkpoint.uri": root,
+                "runtime.generations": generations,
+                "runtime.progress": False,
+                "runtime.device": device,
+            },
+        )
+        trainer = start_run(config, log=lambda line: None).trainer
+        try:
+            for _ in range(generations):
+                gc.collect()
+                gc.disable()
+                trainer.run_generation()
+                trainer.checkpoints.wait()
+                gc.set_debug(gc.DEBUG_SAVEALL)
+                gc.collect()
+                counts.append(len(gc.garbage))
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+        finally:
+            trainer.checkpoints.close()
+    return counts
+
+
+def _memory_snapshot_through_torch_cuda(device: torch.device) -> dict[str, int]:
+    cuda = device.type == "cuda"
+    return {
+        "rss_bytes": 0,
+        "peak_rss_bytes": 0,
+        "cuda_allocated_bytes": torch.cuda.memory_allocated(device) if cuda else 0,
+        "cuda_reserved_bytes": torch.cuda.memory_reserved(device) if cuda else 0,
+    }
+
+
+def garbage_in_own_process(
+    root: Path, *, device: str = "cpu", emulated: bool = False, before: bool = False, generations: int = 4
+) -> list[int]:
+    """Objects left in reference cycles by each of ``generations`` generations, trained in a fresh child process."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(_garbage, str(root), device, emulated, before, generations).result()
+
+
 def run_in_own_process(
-    root: Path, leak: str | None = None, *, generations: int = GENERATIONS, device: str = "cpu"
+    root: Path, leak: str | None = None, *, generations: int = GENERATIONS, device: str = "cpu", emulated: bool = False
 ) -> dict[str, Any]:
-    """Train in a fresh child process with the named injection; its rows, console lines and count of kept items."""
+    """Train in a fresh child process with the named injection; its rows, console lines and count of kept items.
+    ``emulated``: on the CUDA device of ``tests.emulated_cuda`` (``device`` "cuda" on a machine without a GPU)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, once per test session
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_train, str(root), leak, generations, device).result()
+        return pool.submit(_train, str(root), leak, generations, device, emulated).result()
 
 
 # --------------------------------------------------------------------------- the injections

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -90,9 +89,7 @@ def test_the_watch_sees_a_per_step_read(tmp_path):
     assert watch.calls["aten.lift_fresh.default"] == 2
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_phases_run_clean_under_cuda_sync_debug_mode(tmp_path):
+def test_phases_run_clean_under_cuda_sync_debug_mode(tmp_path, cuda):
     trainer = make_trainer(tmp_path, "cuda")
     steps = phases(trainer)
     steps["evaluate"]()  # warm-up: the first calls may initialise cuBLAS and the caching allocator

@@ -10,9 +10,8 @@ itself grow).
 """
 
 import pytest
-import torch
 
-from tests.training.leak_run import GENERATIONS, INJECTIONS, WARM_FROM, run_in_own_process
+from tests.training.leak_run import GENERATIONS, INJECTIONS, WARM_FROM, garbage_in_own_process, run_in_own_process
 from utils.telemetry import leak_findings
 
 BOUNDS = {
@@ -56,9 +55,21 @@ def test_the_growth_warning_speaks_up_on_a_leak(tmp_path):
     assert any("memory warning" in line and "live_tensors" in line for line in result["lines"])
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_allocated_bytes_are_identical_every_generation(tmp_path):
-    measured = run_in_own_process(tmp_path, device="cuda")["rows"]
+def test_cuda_allocated_bytes_are_identical_every_generation(tmp_path, cuda):
+    """On CUDA too: the emulated device (its own process emulates it) runs torch.cuda's Python as a GPU does."""
+    measured = run_in_own_process(tmp_path, device="cuda", emulated=cuda.kind == "emulated")["rows"]
     assert len({row["cuda_allocated_bytes"] for row in measured}) == 1
     assert leak_findings(measured, **BOUNDS) == []
+
+
+@pytest.mark.parametrize("device", ["cpu", "emulated-cuda"])
+def test_a_generation_leaves_nothing_for_the_collector(tmp_path, device):
+    """No reference cycles a generation, on either path: cyclic garbage waits for the collector, so object counts
+    saw-tooth (as they did on the first GPU, through torch.cuda.memory_allocated's recursive closure)."""
+    emulated = device == "emulated-cuda"
+    assert garbage_in_own_process(tmp_path, device="cuda" if emulated else "cpu", emulated=emulated) == [0, 0, 0, 0]
+
+
+def test_the_telemetry_of_before_left_cuda_garbage_every_generation(tmp_path):
+    counts = garbage_in_own_process(tmp_path, device="cuda", emulated=True, before=True)
+    assert all(count > 100 for count in counts), counts

@@ -1,13 +1,12 @@
 """The memory check before anything is allocated (training/sizing.py)."""
 
-import dataclasses
 from collections import namedtuple
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from config import RuntimeConfig, override, preset
+from config import override, preset
 from training import sizing
 from training.runs import load_market
 from utils.errors import ConfigError
@@ -106,14 +105,3 @@ def test_on_cuda_the_staging_buffers_are_checked_against_host_memory_pinned_and_
         sizing.check_memory(config, market)
     _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()))
     sizing.check_memory(config, market)
-
-
-def test_on_cuda_compiled_forwards_keep_their_graphs_pool():
-    if "compile" not in {field.name for field in dataclasses.fields(RuntimeConfig)}:
-        pytest.skip("no runtime.compile in this config")
-    eager, compiled = preset("paper"), override(preset("paper"), {"runtime.compile": True})
-    sizes = {"num_assets": 20, "num_features": 6}
-    assert sizing.GRAPH_POOL not in sizing.process_bytes(eager, **sizes, device="cuda")
-    assert sizing.GRAPH_POOL not in sizing.process_bytes(compiled, **sizes)  # eager on the CPU
-    pool = sizing.process_bytes(compiled, **sizes, device="cuda")[sizing.GRAPH_POOL]
-    assert 0 < pool <= sizing.working_bytes(compiled, **sizes)["rollout"]

@@ -77,10 +77,8 @@ def test_a_checkpoint_from_another_machine_resumes_with_a_note(trained, tmp_path
     assert (tmp_path / "runs" / "r" / "gen-000004" / "manifest.json").exists()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(("before", "after"), [("cuda", "cpu"), ("cpu", "cuda")])
-def test_a_run_resumes_across_device_types(tmp_path, capsys, before, after):
+def test_a_run_resumes_across_device_types(tmp_path, capsys, cuda, before, after):
     assert train(tmp_path, "--device", before, "--generations", "2") == 0
     capsys.readouterr()
     assert train(tmp_path, "--resume", "--generations", "3", "--device", after) == 0
