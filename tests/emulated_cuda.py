@@ -26,7 +26,8 @@ torch's own ``torch.cuda`` Python runs where the product calls it and only the C
 (memory statistics, the current device, the sync debug mode), so what torch's Python does on a GPU (garbage
 included) happens here too; events, streams, device names and free memory are stand-ins. A device tensor is a
 wrapper whose C++ side is a ``meta`` tensor: ``meta`` is the one device every build supports with autograd, so
-backward passes run on the calling thread, under the emulation.
+backward passes run on the calling thread, under the emulation. Not torch's ``FakeTensorMode``: its tensors carry no
+values, so the gate and the record could not run, and on a build without CUDA its ``cuda`` tensors have no backward.
 """
 
 from __future__ import annotations
