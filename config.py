@@ -258,6 +258,8 @@ class RuntimeConfig:
     """Show a progress bar over generations."""
     matmul_precision: MatmulPrecision = "highest"
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
+    cuda_graphs: bool = False
+    """On CUDA: replay a DDPG update and a day of the rollout and of validation as CUDA graphs (training.graphs)."""
     collective_timeout_s: float = 300.0
     """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 

@@ -115,6 +115,11 @@ def row_of(trainer: Trainer) -> dict[str, Any]:
     return {"generation": trainer.generation, "generation_s": 0.0}
 
 
+def optimiser_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
+    population = trainer.population
+    return {"actor": population.actor_optim.step_count.cpu(), "critic": population.critic_optim.step_count.cpu()}
+
+
 def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
     """The loop's checkpoint before staging: written inline from the live tensors."""
     tensors = {
@@ -127,7 +132,7 @@ def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
         trainer.run_dir,
         trainer.generation,
         tensors=tensors,
-        documents={"state": trainer.checkpoints.state_document(), "history": history},
+        documents={"state": trainer.checkpoints.state_document(optimiser_steps(trainer)), "history": history},
     )
     keep_last = trainer.config.checkpoint.keep_last
     checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion_generation})
@@ -185,7 +190,10 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
         "stored_per_generation": config.evolution.popsize * trainer.stored_episodes * config.env.episode_days,
         "synchronous_written_bytes": written.each[:checkpoints],
         "staged_written_bytes": written.each[checkpoints:],
-        "population_bytes": sum(t.numel() * t.element_size() for t in trainer.population.state_tensors().values()),
+        "population_bytes": sum(  # its tensors and the optimisers' step counts, staged with them
+            t.numel() * t.element_size()
+            for t in [*trainer.population.state_tensors().values(), *optimiser_steps(trainer).values()]
+        ),
         "replay_bytes": trainer.buffer.nbytes,
         "staging_bytes": trainer.checkpoints.staging.nbytes,
         "train_s": train_s,

@@ -44,8 +44,8 @@ class Step(NamedTuple):
     """(P, E) log net growth."""
     next_weights: torch.Tensor
     """(P, E, N + 1) weights after prices moved."""
-    truncated: bool
-    """True on the last step of the window."""
+    truncated: torch.Tensor
+    """() bool, on the device: True on the last step of the window."""
 
 
 def episode_starts(split: range, *, lookback: int, episode_days: int) -> range:
@@ -60,7 +60,12 @@ def episode_starts(split: range, *, lookback: int, episode_days: int) -> range:
 
 
 class VectorPortfolioEnv:
-    """P agents x E episodes of ``episode_days`` steps each, in lockstep, on ``market``'s device."""
+    """P agents x E episodes of ``episode_days`` steps each, in lockstep, on ``market``'s device.
+
+    ``apply`` is a day's step as device work only (the day within the window is counted on the device too), so a
+    day can be captured once and replayed as a CUDA graph (``training.graphs``); ``step`` is ``apply`` with the
+    window's end checked on the host, for loops that run eagerly.
+    """
 
     def __init__(
         self,
@@ -81,10 +86,11 @@ class VectorPortfolioEnv:
         device = market.device
         n = market.num_assets
         # Everything the environment holds, allocated once.
-        self._windows = self.gatherer.empty(num_episodes, device=device)  # (E, N, L * K)
-        self._weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1)
+        self.windows = self.gatherer.empty(num_episodes, device=device)  # (E, N, L * K), the current observation's
+        self.weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1), likewise
         self._days = torch.zeros(num_episodes, dtype=torch.long, device=device)  # (E,)
-        self._step = 0
+        self._day = torch.zeros(1, dtype=torch.long, device=device)  # (1,) the step within the window
+        self._step = 0  # the same, counted on the host by ``step``
         self.rewards_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
         self.turnover_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
 
@@ -97,35 +103,43 @@ class VectorPortfolioEnv:
         if start_days.shape != (self.num_episodes,):
             raise ValueError(f"expected {self.num_episodes} start days, got shape {tuple(start_days.shape)}")
         self._days.copy_(start_days)
-        self._weights.zero_()
-        self._weights.select(-1, 0).fill_(1.0)  # fill_: a scalar assignment would copy from the host
+        self.weights.zero_()
+        self.weights.select(-1, 0).fill_(1.0)  # fill_: a scalar assignment would copy from the host
+        self._day.zero_()
         self._step = 0
         self.rewards_per_episode.zero_()
         self.turnover_per_episode.zero_()
         return self.observe()
 
     def observe(self) -> Observation:
-        self.gatherer.gather(self._days, out=self._windows)
-        return Observation(self._windows, self._weights)
+        self.gatherer.gather(self._days, out=self.windows)
+        return Observation(self.windows, self.weights)
 
-    def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
-        """Apply target weights (P, E, N + 1); returns the transition and the next observation
-        (None once the window is truncated)."""
-        if self._step >= self.episode_days:
-            raise RuntimeError("episode window is over; call reset()")
+    def apply(self, actions: torch.Tensor) -> Step:
+        """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories, the
+        weights and days, and the next observation's windows (``windows``, ``weights``) are written in place."""
         relatives = with_cash(self.market.relatives[self._days + 1])  # (E, N + 1)
-        result = portfolio_step(self._weights, actions, relatives, cost_rate=self.cost_rate)
-        self.rewards_per_episode[:, :, self._step] = result.rewards
-        self.turnover_per_episode[:, :, self._step] = result.turnover
+        result = portfolio_step(self.weights, actions, relatives, cost_rate=self.cost_rate)
+        self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
+        self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
         step = Step(
             days=self._days.clone(),
-            weights=self._weights.clone(),
+            weights=self.weights.clone(),
             actions=actions,
             rewards=result.rewards,
             next_weights=result.next_weights,
-            truncated=self._step == self.episode_days - 1,
+            truncated=(self._day == self.episode_days - 1).squeeze(0),
         )
-        self._weights.copy_(result.next_weights)
+        self.weights.copy_(result.next_weights)
         self._days += 1
+        self._day += 1
+        self.observe()  # after the last day too: the same work every day (its window exists, see episode_starts)
+        return step
+
+    def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
+        """``apply``; returns the transition and the next observation (None once the window is truncated)."""
+        if self._step >= self.episode_days:
+            raise RuntimeError("episode window is over; call reset()")
+        step = self.apply(actions)
         self._step += 1
-        return step, (None if step.truncated else self.observe())
+        return step, (None if self._step == self.episode_days else Observation(self.windows, self.weights))

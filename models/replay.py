@@ -83,7 +83,7 @@ class ReplayBuffer:
         self.relatives = relatives
         self.sample_shape = sample_shape
         self.rows = range(sample_shape[0]) if rows is None else rows
-        self.pos = 0
+        self.pos = 0  # the host's count of where the next transition goes (``commit``)
         self.size = 0
         n1 = num_assets + 1
         self.storage: dict[str, torch.Tensor] = {
@@ -95,6 +95,7 @@ class ReplayBuffer:
             "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
             "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
         }
+        self._write_pos = torch.zeros((), dtype=torch.long, device=device)  # ``pos``, where ``write`` reads it
         self._windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
         self._next_windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
 
@@ -122,7 +123,34 @@ class ReplayBuffer:
         terminated: torch.Tensor | bool,
         truncated: torch.Tensor | bool,
     ) -> None:
-        """Append a batch of transitions; every argument has the same leading shape (e.g. (P, E))."""
+        """Append a batch of transitions; every argument has the same leading shape (e.g. (P, E)): ``write`` then
+        ``commit``."""
+        count = self.write(
+            days=days,
+            weights=weights,
+            actions=actions,
+            rewards=rewards,
+            next_weights=next_weights,
+            terminated=terminated,
+            truncated=truncated,
+        )
+        self.commit(count)
+
+    @torch.no_grad()
+    def write(
+        self,
+        *,
+        days: torch.Tensor,
+        weights: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_weights: torch.Tensor,
+        terminated: torch.Tensor | bool,
+        truncated: torch.Tensor | bool,
+    ) -> int:
+        """Write a batch of transitions at the ring's position, on the device alone (the position advances there),
+        so a captured day replays it; returns their count, which ``commit`` must be given before the next ``sample``.
+        ``days`` (E,) broadcast over the agents; a flag may be a Python bool or a 0-dim tensor."""
         values = {
             "days": days,
             "weights": weights,
@@ -142,18 +170,25 @@ class ReplayBuffer:
                 flags[key] = value
                 continue
             value = torch.as_tensor(value, dtype=target.dtype, device=target.device)
-            # Days (E,) broadcast over the agents.
             value = torch.broadcast_to(value, (*leading, *target.shape[1:]))
             flat[key] = value.reshape(count, *target.shape[1:])
+        offset = 0
         if count > self.capacity:  # only the newest `capacity` survive a single oversized add
             flat = {k: v[-self.capacity :] for k, v in flat.items()}
-            self.pos = (self.pos + count - self.capacity) % self.capacity
-            count = self.capacity
-        index = (torch.arange(count, device=self.storage["days"].device) + self.pos) % self.capacity
+            offset = count - self.capacity
+        written = min(count, self.capacity)
+        index = (
+            torch.arange(offset, offset + written, device=self._write_pos.device) + self._write_pos
+        ) % self.capacity
         for key, value in flat.items():
             self.storage[key].index_copy_(0, index, value)
         for key, flag in flags.items():
             self.storage[key].index_fill_(0, index, flag)
+        self._write_pos.add_(count).remainder_(self.capacity)
+        return count
+
+    def commit(self, count: int) -> None:
+        """The host's account of ``count`` transitions ``write`` put in the ring: its position and size."""
         self.pos = (self.pos + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
@@ -232,3 +267,4 @@ class ReplayBuffer:
             target[:size].copy_(value)
             target[size:].zero_()
         self.size, self.pos = size, pos
+        self._write_pos.fill_(pos)

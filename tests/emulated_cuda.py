@@ -22,6 +22,13 @@ CPU run), while every operation is checked the way a GPU checks it, and more str
 
 Under ``torch.autocast("cuda")`` the matmul family computes in the autocast dtype, as CUDA's autocast casts them.
 
+CUDA graphs are emulated as a GPU runs them (``torch.cuda.CUDAGraph``): a capture records the device operations
+without their effects (every tensor and device generator it changed is put back), and a replay runs the recorded
+operations again on the same tensors, with the arguments they had at the capture. So what a GPU bakes into a graph
+is baked here: a Python value read at the capture, host work done once at the capture and never replayed, a graph's
+outputs overwritten by the next replay. In a capture, an operation that would make the host wait fails, and so does
+a draw from a generator not registered with the graph.
+
 torch's own ``torch.cuda`` Python runs where the product calls it and only the C bindings under it are emulated
 (memory statistics, the current device, the sync debug mode), so what torch's Python does on a GPU (garbage
 included) happens here too; events, streams, device names and free memory are stand-ins. A device tensor is a
@@ -223,6 +230,51 @@ def _poison(tensor: torch.Tensor) -> None:
         tensor.fill_(torch.iinfo(tensor.dtype).max)
 
 
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an operation writes, by its schema (in place, ``out=``)."""
+    written = []
+    for index, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            value = args[index] if index < len(args) else kwargs.get(argument.name)
+            written.extend(t for t in _leaves(value, []) if isinstance(t, torch.Tensor))
+    return written
+
+
+def _fresh(func) -> bool:
+    """Whether an operation's results are new tensors (not views of, or writes into, its arguments)."""
+    return all(result.alias_info is None for result in func._schema.returns)
+
+
+class _Graph:
+    """``torch.cuda.CUDAGraph`` on the emulated device (see the module docstring)."""
+
+    def __init__(self, mode: EmulatedCuda) -> None:
+        self.mode = mode
+        self.operations: list[tuple[Any, tuple, dict, Any]] = []
+        self.generators: set[int] = set()
+
+    def register_generator_state(self, generator: torch.Generator) -> None:
+        self.generators.add(id(generator.dispatched))
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self.operations.clear()
+        self.mode.begin_capture(self)
+
+    def capture_end(self) -> None:
+        self.mode.end_capture()
+
+    def replay(self) -> None:
+        if self.mode.capturing is not None:
+            raise RuntimeError("a graph replayed during a capture")
+        self.mode.replay(self)
+
+    def reset(self) -> None:
+        self.operations.clear()
+
+    def pool(self) -> tuple[int, int]:
+        return (0, id(self))
+
+
 class EmulatedCuda(TorchDispatchMode):
     """Runs every operation on the host values and checks it the way a GPU does (see the module docstring)."""
 
@@ -232,6 +284,9 @@ class EmulatedCuda(TorchDispatchMode):
         self.host_reads_allowed = 0
         self.syncs = 0  # host synchronisations so far; an event is complete once one followed its record
         self.in_flight: list[tuple[torch.Tensor, torch.Tensor]] = []  # (pinned destination, values it will get)
+        self.capturing: _Graph | None = None
+        self._saved: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}  # storages a capture changed
+        self._saved_generators: list[tuple[Any, torch.Tensor]] = []
 
     def synchronize(self) -> None:
         """The host waits for the device: copies in flight land."""
@@ -242,8 +297,48 @@ class EmulatedCuda(TorchDispatchMode):
         self.in_flight.clear()
 
     def check_sync(self, what: Any) -> None:
+        if self.capturing is not None:
+            raise SyncError(f"operation not permitted when stream is capturing: {what}")
         if self.sync_debug >= 2:
             raise SyncError(f"called a synchronizing CUDA operation: {what}")
+
+    # ------------------------------------------------------------------ CUDA graphs
+
+    def begin_capture(self, graph: _Graph) -> None:
+        if self.capturing is not None:
+            raise RuntimeError("a capture is under way already")
+        self.capturing = graph
+        self._saved_generators = [(g, g.get_state()) for g in _device_generators.values()]
+
+    def end_capture(self) -> None:
+        """The capture ran the operations to learn their shapes; undo what they changed, as a capture runs nothing."""
+        for storage, saved in self._saved.values():
+            storage.copy_(saved)
+        for generator, state in self._saved_generators:
+            generator.set_state(state)
+        self._saved.clear()
+        self._saved_generators = []
+        self.capturing = None
+
+    def replay(self, graph: _Graph) -> None:
+        """The recorded operations again, on the same tensors, with the arguments of the capture."""
+        with torch.utils._python_dispatch._disable_current_modes():
+            for func, args, kwargs, out in graph.operations:
+                result = func(*_map(_host, args), **_map(_host, kwargs))
+                if _fresh(func):  # into the tensors the capture handed out: a graph's memory is its own
+                    for recorded, value in zip(_leaves(out, []), _leaves(result, [])):
+                        if isinstance(recorded, torch.Tensor):
+                            _host(recorded).copy_(value)
+
+    def _record(self, func, args, kwargs) -> None:
+        """Before a captured operation runs: keep what it will change, to put it back at the capture's end."""
+        for tensor in _written(func, args, kwargs):
+            storage = _host(tensor).untyped_storage()
+            if storage.data_ptr() not in self._saved:
+                self._saved[storage.data_ptr()] = (storage, storage.clone())
+        generator = kwargs.get("generator")
+        if generator is not None and id(generator) not in self.capturing.generators:
+            raise RuntimeError(f"{func}: a draw in a CUDA graph's capture from a generator not registered with it")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -278,12 +373,18 @@ class EmulatedCuda(TorchDispatchMode):
         elif on_device and (func in HOST_READS or func in DATA_DEPENDENT):
             self.synchronize()
 
+        captured = self.capturing is not None and (on_device or result_on_device)
+        if captured:
+            self._record(func, args, kwargs)
         out = func(*_map(_host, args), **_map(_host, kwargs))
         if pinned:
             _pin(out)
         if result_on_device:
             out = _map(_wrap, out)
-        return return_and_correct_aliasing(func, args, kwargs, out)
+        out = return_and_correct_aliasing(func, args, kwargs, out)
+        if captured:
+            self.capturing.operations.append((func, args, kwargs, out))
+        return out
 
     # ------------------------------------------------------------------ the checks
 
@@ -482,9 +583,9 @@ def _generator_class(original: type) -> type:
             on_device = torch.device(device).type == "cuda"
             generator = original.__new__(cls, device="cpu")
             generator.emulated_device = CUDA if on_device else CPU
+            generator.dispatched = _as_dispatched(generator)
             if on_device:
-                seen = _as_dispatched(generator)
-                _device_generators[id(seen)] = seen
+                _device_generators[id(generator.dispatched)] = generator.dispatched
             return generator
 
         def __init__(self, device: Any = "cpu") -> None:
@@ -545,6 +646,8 @@ def emulate_cuda() -> Iterator[EmulatedCuda]:
         (cuda, "Stream"): stream,
         (cuda, "current_stream"): lambda device=None: stream(),
         (cuda, "stream"): lambda stream=None: contextlib.nullcontext(),
+        (cuda, "CUDAGraph"): lambda keep_graph=False: _Graph(mode),
+        (cuda, "graph_pool_handle"): lambda: (0, 0),
         (torch.version, "cuda"): "emulated",
         (torch, "Generator"): _generator_class(torch.Generator),
         (torch.Tensor, "to"): _to,

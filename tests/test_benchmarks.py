@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import checkpoint_blocking, sharded_scaling, throughput
+from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_roofline
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
 from models.ddpg import ddpg_update
@@ -114,3 +114,14 @@ def test_what_evolution_moves_leaves_out_the_actor_target_and_a_mates_other_tens
     assert 0 < moved["mate"] < moved["parent"] < moved["every"]
     # The actor target, the only tensor no offspring fetches, weighs as much as the actor a mate sends.
     assert moved["every"] - moved["parent"] == moved["mate"]
+
+
+def test_the_update_roofline_counts_what_an_update_does(capsys):
+    update_roofline.main(["--preset", "smoke", "--set", "runtime.device=cpu", "--updates", "2", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["device"] == "cpu" and report["cuda_graphs"] is False and report["spec_peaks"] is None
+    assert report["flop_per_update"] > 0 and report["kernels_per_update"] > 100
+    # as launched, every kernel reads and writes its operands: never less than the least an update must move
+    assert report["launched_bytes_per_update"] > report["compulsory_bytes_per_update"] > 0
+    assert report["flops_per_s"] == pytest.approx(report["flop_per_update"] / report["update_s"])
+    assert "TFLOP/s" in update_roofline.report(report)

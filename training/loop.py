@@ -20,6 +20,7 @@ anything selects on them. Everything the loop uses is built once in ``Trainer.__
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,17 @@ from persistence.provenance import market_fingerprint
 from training.boundary import to_host
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.fitness import episode_returns, fitness, training_windows
+from training.graphs import GraphedStep
 from training.records import Scores, format_line, generation_row
-from training.rollout import SharedSteps, collect, validate
+from training.rollout import (
+    SharedSteps,
+    collect,
+    equal_weights,
+    exploration_scale,
+    rollout_day,
+    validate,
+    validation_day,
+)
 from training.run_state import LoopCheckpoints
 from training.selection import SequentialGate, choose_champion, edge_bounds, selection_z, validation_block_length
 from training.sharding import Sharding
@@ -171,8 +181,34 @@ class Trainer:
         self._actor_loss_sum = torch.zeros(held, device=self.device)
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
-        self._noise: torch.Tensor | None = None  # ddpg.observation_noise's draws
+        # ddpg.observation_noise's draws, for all P (each process keeps its rows)
+        window_shape = (popsize, ddpg.batch_size, market.num_assets, self.train_env.gatherer.window_size)
+        self._noise = torch.empty(window_shape, device=self.device) if ddpg.observation_noise > 0 else None
         self._actor_step_scale = torch.ones(held, device=self.device) if evo.frozen_elites else None
+
+        # The device steps, replayed as CUDA graphs with runtime.cuda_graphs (not across processes: their exchanges
+        # are collectives), else run as they are.
+        graphs = config.runtime.cuda_graphs and not self.sharding.distributed
+        exploration, replay = self.generators["exploration"], self.generators["replay"]
+        day = functools.partial(
+            rollout_day,
+            self.population,
+            self.train_env,
+            self.buffer,
+            noise_scale=exploration_scale(self.population, self.exploring),
+            stored_episodes=self.stored_episodes,
+            generator=exploration,
+            share=self._shared_steps,
+        )
+        self._rollout_day = GraphedStep(day, device=self.device, enabled=graphs, generators=[exploration])
+        day = functools.partial(
+            validation_day, self.population, self.validation_env, equal_weights(self.validation_env)
+        )
+        self._validation_day = GraphedStep(day, device=self.device, enabled=graphs)
+        self._update_step = GraphedStep(
+            self._ddpg_step_into_sums, device=self.device, enabled=graphs, generators=[replay]
+        )
+        self._update_ring_size = -1  # the ring's size the update graph draws from (randint's bound is baked in)
 
         self.generation = 0
         self.champion_score = -math.inf
@@ -229,7 +265,7 @@ class Trainer:
         """Phase 2: agents, champion and equal weight on the same validation days; crown only a proven edge.
         The generation's one host synchronisation brings back everything the decisions and the log need."""
         popsize = self.config.evolution.popsize
-        daily = validate(self.population, self.validation_env, self.validation_starts)
+        daily = validate(self.population, self.validation_env, self.validation_starts, day=self._validation_day)
         daily = self._gather_validation(daily)
         # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
         daily = to_host(daily, torch.float64)  # (P + 2, D)
@@ -303,14 +339,15 @@ class Trainer:
             self._actor_step_scale.copy_((~held).to(self._actor_step_scale.dtype))
         self._critic_loss_sum.zero_()
         self._actor_loss_sum.zero_()
+        if self.buffer.size != self._update_ring_size:  # the draws' bound changed: a captured update must be redone
+            self._update_step.invalidate()
+            self._update_ring_size = self.buffer.size
         for _ in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.
             if not self.sharding.distributed and self.should_stop():
                 raise RunStopped(self.generation)
-            losses = self.ddpg_step()
-            self._critic_loss_sum += losses.critic
-            self._actor_loss_sum += losses.actor
+            self._update_step()
         sums = self.sharding.gather(torch.stack([self._critic_loss_sum, self._actor_loss_sum], dim=1))  # (P, 2)
         losses_host = to_host(sums.T) / max(updates, 1)
         self._timer.mark("update_s")
@@ -357,15 +394,14 @@ class Trainer:
             stored_episodes=self.stored_episodes,
             generator=self.generators["exploration"],
             share=self._shared_steps,
+            day=self._rollout_day,
         )
 
     def ddpg_step(self) -> UpdateLosses:
         """Step 4's unit: one batch per agent from the ring, one batched DDPG update of all agents."""
         ddpg = self.config.ddpg
         batch = self.buffer.sample(self.generators["replay"])
-        if ddpg.observation_noise > 0:  # in place: the windows are the ring's own gather buffers
-            if self._noise is None:  # allocated once, like every buffer of the loop; drawn for all P (rows kept)
-                self._noise = batch.windows.new_empty((self.config.evolution.popsize, *batch.windows.shape[1:]))
+        if self._noise is not None:  # in place: the windows are the ring's own gather buffers
             slots = self.sharding.slots
             for windows in (batch.windows, batch.next_windows):
                 torch.randn(self._noise.shape, generator=self.generators["replay"], out=self._noise)
@@ -381,6 +417,12 @@ class Trainer:
             tilt_penalty=ddpg.tilt_penalty,
             actor_step_scale=self._actor_step_scale,
         )
+
+    def _ddpg_step_into_sums(self) -> None:
+        """``ddpg_step`` with its losses added to the generation's sums: the update phase's graphed step."""
+        losses = self.ddpg_step()
+        self._critic_loss_sum += losses.critic
+        self._actor_loss_sum += losses.actor
 
     def _telemetry(self) -> dict[str, int]:
         """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""

@@ -53,8 +53,10 @@ class LoopCheckpoints:
         starts a new one."""
         self._writer.close()
 
-    def state_document(self) -> dict[str, Any]:
-        """The checkpoint's ``state.json``: the run's scalars, where the data came from, the config and the device."""
+    def state_document(self, optimiser_steps: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The checkpoint's ``state.json``: the run's scalars, where the data came from, the config and the device.
+        ``optimiser_steps``: host copies of the step counts of the ``actor`` and ``critic`` optimisers (``BatchedAdam``
+        counts on the device)."""
         trainer = self.trainer
         market = trainer.market
         return build_state(
@@ -62,8 +64,8 @@ class LoopCheckpoints:
             champion_score=trainer.champion_score if math.isfinite(trainer.champion_score) else None,
             champion_generation=trainer.champion_generation,
             champion_edge=trainer.champion_edge,
-            actor_optim_steps=trainer.population.actor_optim.steps,
-            critic_optim_steps=trainer.population.critic_optim.steps,
+            actor_optim_steps=int(optimiser_steps["actor"]),
+            critic_optim_steps=int(optimiser_steps["critic"]),
             replay_pos=trainer.buffer.pos,
             replay_size=trainer.buffer.size,
             market_fingerprint=trainer.fingerprint,
@@ -89,8 +91,8 @@ class LoopCheckpoints:
         trainer = self.trainer
         start = time.perf_counter()
         self.wait()  # the staging buffers belong to the write in flight until it is done
-        tensors = self._staged_tensors()
-        state = self.state_document()
+        tensors, optimiser_steps = self._staged_tensors()
+        state = self.state_document(optimiser_steps)
         latest_row["checkpoint_s"] = waited + time.perf_counter() - start
         latest_row["generation_s"] = latest_row.get("generation_s", 0.0) + latest_row["checkpoint_s"]
         if tensors is None:  # not the leader: its slots are in the leader's checkpoint
@@ -121,13 +123,20 @@ class LoopCheckpoints:
 
         self._writer.start(write)
 
-    def _staged_tensors(self) -> dict[str, dict[str, torch.Tensor]] | None:
+    def _staged_tensors(self) -> tuple[dict[str, dict[str, torch.Tensor]] | None, dict[str, torch.Tensor]]:
         """This generation's tensor groups as the checkpoint holds them, copied out of the live tensors into the
-        staging buffers (free only once no write is in flight). With the population sharded, every rank's slots
-        are gathered into the leader's buffers; the other ranks, which write nothing, get None."""
+        staging buffers (free only once no write is in flight), and the optimisers' step counts, staged with them.
+        With the population sharded, every rank's slots are gathered into the leader's buffers; the other ranks,
+        which write nothing, get None for the groups."""
         trainer = self.trainer
         sharding, population, buffer = trainer.sharding, trainer.population, trainer.buffer
-        sources = {"population": population.state_tensors()}
+        sources = {
+            "population": population.state_tensors(),
+            "optimiser_steps": {
+                "actor": population.actor_optim.step_count,
+                "critic": population.critic_optim.step_count,
+            },
+        }
         if sharding.is_leader:  # the ring is the same on every rank: the leader's is written
             sources["replay"] = buffer.storage
         staged = self.staging.capture(sources, rows={"replay": buffer.size})
@@ -140,14 +149,15 @@ class LoopCheckpoints:
                 self._gathered = {k: t.new_empty((popsize, *t.shape[1:])) for k, t in mine.items()}
             sharding.gather_to_leader(mine, self._gathered)
             if not sharding.is_leader:
-                return None
+                return None, staged["optimiser_steps"]
             population_tensors = {**population_tensors, **self._gathered}
-        return {
+        groups = {
             "population": population_tensors,
             **buffer.checkpoint_groups(staged["replay"]),  # replay, replay-000, ...
             "rng": {name: trainer.generators[name].get_state() for name in HOST_STREAMS},  # copies already
             **({} if trainer.gate is None else {"selection": trainer.gate.state_tensors()}),  # a copy too
         }
+        return groups, staged["optimiser_steps"]
 
     def restore(self, generation_files: checkpoint.GenerationFiles | None) -> None:
         """Load a complete generation into the trainer's existing storage.
@@ -194,8 +204,8 @@ class LoopCheckpoints:
                 load()
             except (KeyError, ValueError, RuntimeError) as error:
                 raise CheckpointError(f"{where / name}.safetensors does not fit the run's config: {error}") from None
-        trainer.population.actor_optim.steps = int(state["actor_optim_steps"])
-        trainer.population.critic_optim.steps = int(state["critic_optim_steps"])
+        trainer.population.actor_optim.step_count.fill_(int(state["actor_optim_steps"]))
+        trainer.population.critic_optim.step_count.fill_(int(state["critic_optim_steps"]))
         trainer.generation = int(state["generation"])
         score = state["champion_score"]
         trainer.champion_score = -math.inf if score is None else float(score)

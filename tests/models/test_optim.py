@@ -36,7 +36,7 @@ def test_matches_torch_adam(foreach):
             p.grad = g.clone()
         batched.step()
         reference.step()
-    assert batched.steps == STEPS
+    assert int(batched.step_count) == STEPS
     for mine, ref, start in zip(ours, theirs, initial):
         assert not torch.equal(mine, start)  # the comparison is not between two untouched tensors
         torch.testing.assert_close(mine, ref, rtol=0, atol=0)

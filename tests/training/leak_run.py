@@ -184,14 +184,14 @@ def loss_tensors_kept_with_their_graphs(mp, kept):
 
 @injection
 def per_step_histories_never_cleared(mp, kept):
-    wrap(mp, VectorPortfolioEnv, "step", after=lambda result, env, actions: kept.append(result[0]))
+    wrap(mp, VectorPortfolioEnv, "apply", after=lambda result, env, actions: kept.append(result))
 
 
 @injection
 def a_new_environment_per_episode(mp, kept):
     original = trainer_module.collect
 
-    def collect(population, env, start_days, **kwargs):
+    def collect(population, env, start_days, *, day=None, **kwargs):  # the trainer's day steps its own env
         fresh = VectorPortfolioEnv(
             env.market,
             num_agents=env.num_agents,
@@ -311,9 +311,9 @@ def per_step_numpy_allocations_kept(mp, kept):
 def per_step_numpy_arrays_of_the_rewards(mp, kept):
     # A small numpy copy of every step's rewards: freed memory of earlier tests would hide it from RSS.
     def keep(result, env, actions):
-        kept.append(result[0].rewards.numpy().copy())
+        kept.append(result.rewards.numpy().copy())
 
-    wrap(mp, VectorPortfolioEnv, "step", after=keep)
+    wrap(mp, VectorPortfolioEnv, "apply", after=keep)
 
 
 @injection
@@ -322,4 +322,4 @@ def a_replay_buffer_storing_observation_windows(mp, kept):
     def store_windows(buffer, **transition):
         kept.append(buffer.gatherer.gather(transition["days"]).clone())
 
-    wrap(mp, ReplayBuffer, "add", before=store_windows)
+    wrap(mp, ReplayBuffer, "write", before=store_windows)

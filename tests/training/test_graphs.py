@@ -1,0 +1,119 @@
+"""The generation's device steps as CUDA graphs (``training.graphs``): the same numbers as the eager steps.
+
+On the emulated CUDA device of ``tests/emulated_cuda.py`` a capture runs nothing and a replay runs the recorded
+operations with what was baked in at the capture, as on a GPU; so a step that were not graph-safe (a Python count
+advanced inside, a host read, a draw from an unregistered generator) would give other numbers here, or fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from config import override, preset
+from tests.emulated_cuda import SyncError, emulate_cuda
+from tests.run_checks import deterministic, rows, state_digest
+from training.graphs import GraphedStep
+from training.loop import Trainer
+from training.runs import resume_run, start_run
+
+GENERATIONS = 4
+
+
+def smoke(root: Path, *, graphs: bool, generations: int = GENERATIONS, **settings):
+    return override(
+        preset("smoke"),
+        {
+            "runtime.device": "cuda",
+            "runtime.cuda_graphs": graphs,
+            "runtime.generations": generations,
+            "runtime.progress": False,
+            "checkpoint.uri": str(root),
+            "checkpoint.run_name": "r",
+            "ddpg.buffer_size": 400,  # full in generation 3: the update's graph is captured again until then
+            **settings,
+        },
+    )
+
+
+def train(root: Path, *, graphs: bool, generations: int = GENERATIONS) -> Trainer:
+    trainer = start_run(smoke(root, graphs=graphs, generations=generations), log=lambda line: None).trainer
+    trainer.run(until=generations)
+    return trainer
+
+
+def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
+    with emulate_cuda():
+        graphed = train(tmp_path / "graphs", graphs=True)
+        eager = train(tmp_path / "eager", graphs=False)
+    assert state_digest(graphed.run_dir) == state_digest(eager.run_dir)
+    assert [deterministic(row) for row in rows(graphed.run_dir)] == [deterministic(row) for row in rows(eager.run_dir)]
+    assert all(row["updates"] == 4 for row in rows(graphed.run_dir))
+    # Each day of the rollout and of validation is one graph, captured once; the update's is captured again while the
+    # ring fills (its size bounds the draws), then kept: sizes 168, 336 and then the full 400.
+    assert graphed._rollout_day.captures == 1 and graphed._validation_day.captures == 1
+    assert graphed._update_step.captures == 3
+    assert eager._update_step.captures == eager._rollout_day.captures == 0
+
+
+def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path):
+    with emulate_cuda():
+        whole = train(tmp_path / "whole", graphs=True)
+        train(tmp_path / "parts", graphs=True, generations=2)
+        config = smoke(tmp_path / "parts", graphs=True)
+        resumed = resume_run(config, {"runtime.generations": GENERATIONS}, log=lambda line: None).trainer
+        resumed.run(until=GENERATIONS)
+    assert state_digest(resumed.run_dir) == state_digest(whole.run_dir)
+
+
+def test_graphs_on_the_cpu_are_the_eager_steps(tmp_path):
+    trainer = start_run(smoke(tmp_path, graphs=True, **{"runtime.device": "cpu"}), log=lambda line: None).trainer
+    trainer.run(until=1)
+    assert not trainer._update_step.enabled and trainer._update_step.captures == 0
+
+
+# ------------------------------------------------------------------------------------------ what a capture bakes in
+
+
+def test_a_replay_repeats_the_captured_work_with_the_capture_s_python_values():
+    with emulate_cuda():
+        generator = torch.Generator(device="cuda").manual_seed(1)
+        total = torch.zeros(3, device="cuda")
+        bound = [5]
+        step = GraphedStep(
+            lambda: total.add_(torch.randint(bound[0], (3,), generator=generator, device="cuda")),
+            device=torch.device("cuda", 0),
+            enabled=True,
+            generators=[generator],
+            warmup=1,
+        )
+        reference = torch.Generator().manual_seed(1)
+        for call in range(4):
+            if call == 2:
+                bound[0] = 1000  # read at the capture (call 1): the replays keep drawing below 5
+            step()
+        expected = sum(torch.randint(5, (3,), generator=reference) for _ in range(4))
+        assert torch.equal(total.cpu(), expected.float()) and step.captures == 1
+        step.invalidate()
+        step()  # captured again, with the new bound
+        assert step.captures == 2 and bool((total.cpu() - expected).max() >= 5)
+
+
+@pytest.mark.parametrize(
+    ("work", "error"),
+    [
+        (lambda t, g: t.add_(float(t.sum())), "reads a value"),  # a Python decision on a device value
+        (lambda t, g: t.add_(t.cpu().to("cuda")), "not permitted when stream is capturing"),
+        (lambda t, g: t.add_(torch.rand(3, generator=g, device="cuda")), "not registered"),
+    ],
+    ids=["host read", "copy back", "unregistered generator"],
+)
+def test_a_step_that_is_not_graph_safe_fails_at_its_capture(work, error):
+    with emulate_cuda():
+        tensor = torch.zeros(3, device="cuda")
+        generator = torch.Generator(device="cuda")
+        step = GraphedStep(lambda: work(tensor, generator), device=torch.device("cuda", 0), enabled=True, warmup=0)
+        with pytest.raises((SyncError, RuntimeError), match=error):
+            step()

@@ -1,0 +1,103 @@
+"""CUDA graphs around the generation's device steps: one replay where Python launched hundreds of kernels.
+
+A DDPG update, a day of the rollout and a day of validation are each dozens to hundreds of small kernels, and on a
+GPU their launches from Python cost more than the arithmetic (BENCHMARKS.md, GPU). ``GraphedStep`` wraps such a step
+from outside, as LeanRL wraps CleanRL's update, leaving the algorithm's code as it reads: it runs the step eagerly a
+few times (a warm-up, which lets cuBLAS and the caching allocator settle), then captures one call as a CUDA graph and
+replays it for every call after, each replay the same kernels on the same memory.
+
+What a step must be for that (the rollout's and validation's days and the update are written so):
+
+* device work only: no host synchronisation and no Python decision on a device value (``.item()``, ``if t:``), and
+  nothing the host counts (the ring's size, a day number) changed inside; the host's part goes around the call;
+* every tensor it reads or writes outlives the graph (parameters, optimiser states, the ring, the environments'
+  state and histories, the loss sums); what it allocates lives in the graph's memory pool and is overwritten by the
+  next replay;
+* every Python value it reads (a shape, a config constant, the ring's size a draw is bounded by) is baked into the
+  graph: a step whose such value changes is ``invalidate``d and captured again;
+* its random draws come from the run's device generators, registered with the graph, so each replay draws what the
+  eager call would have drawn, and reseeding a generator between replays is seen.
+
+On the CPU, and with ``runtime.cuda_graphs`` off, a graphed step is the eager step itself: the numbers are the same,
+bit for bit, either way (``tests/training/test_graphs.py``, on the emulated CUDA device that replays graphs as a GPU
+does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+class GraphedStep:
+    """``step()``, run eagerly or replayed from a CUDA graph.
+
+    Args:
+        step: the step, a function of no arguments (see the module docstring for what it may do).
+        device: the training device; graphs only on CUDA.
+        enabled: capture at all (``runtime.cuda_graphs``); False runs the step eagerly, always.
+        generators: the device generators the step draws from, registered with each graph.
+        warmup: eager calls before the first capture.
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], None],
+        *,
+        device: torch.device,
+        enabled: bool,
+        generators: Sequence[torch.Generator] = (),
+        warmup: int = 2,
+    ) -> None:
+        self.step = step
+        self.enabled = enabled and device.type == "cuda"
+        self.device = device
+        self.generators = list(generators)
+        self.warmup = warmup
+        self.captures = 0
+        """Graphs captured so far (a recapture after ``invalidate`` counts)."""
+        self._warmed = 0
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._stream = torch.cuda.Stream(device) if self.enabled else None  # captures must not run on the default
+        self._pool = torch.cuda.graph_pool_handle() if self.enabled else None  # one pool for this step's graphs
+
+    def __call__(self) -> None:
+        if not self.enabled:
+            self.step()
+            return
+        if self._graph is None:
+            if self._warmed < self.warmup:
+                self._on_side_stream(self.step)
+                self._warmed += 1
+                return
+            self._capture()
+        self._graph.replay()
+
+    def invalidate(self) -> None:
+        """A Python value the step reads has changed: the next call captures it again."""
+        self._graph = None
+
+    def _capture(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        for generator in self.generators:
+            graph.register_generator_state(generator)
+
+        def capture() -> None:
+            graph.capture_begin(pool=self._pool)
+            try:
+                self.step()
+            finally:
+                graph.capture_end()
+
+        self._graph = None  # the graph it replaces goes back to the pool first
+        self._on_side_stream(capture)
+        self._graph = graph
+        self.captures += 1
+
+    def _on_side_stream(self, work: Callable[[], None]) -> None:
+        current = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(current)
+        with torch.cuda.stream(self._stream):
+            work()
+        current.wait_stream(self._stream)
