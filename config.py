@@ -258,6 +258,8 @@ class RuntimeConfig:
     """Show a progress bar over generations."""
     matmul_precision: MatmulPrecision = "highest"
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
+    census_share: float = 0.01
+    """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
     cuda_graphs: bool = False
     """On CUDA: replay a DDPG update and a day of the rollout and of validation as CUDA graphs (training.graphs)."""
     collective_timeout_s: float = 300.0
@@ -267,6 +269,7 @@ class RuntimeConfig:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")
         _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
         _require(1 <= self.collective_timeout_s <= 86400, "runtime.collective_timeout_s", "must be in [1, 86400]")
+        _require(0 < self.census_share <= 1, "runtime.census_share", "must be in (0, 1]")
 
 
 RENAMED_SECTIONS = {"evaluation": "rollout"}

@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# The one command a GPU pod runs first: does the code work on CUDA, and how fast is a paper generation?
+# The one command a GPU pod runs first: does the code work on CUDA, and how fast is a generation?
 #
 #   bash benchmarks/gpu_smoke.sh [OUT.md]        # figures to OUT.md (default gpu_smoke.md), tables as BENCHMARKS.md's
 #
 # 1. the gpu-marked tests;
-# 2. paper-preset generations (benchmarks/memory_soak.py, the real trainer) with TF32 off and on
-#    (runtime.matmul_precision highest / high) and bf16 encoders off and on: seconds a generation and its phases;
-# 3. a smoke run on cuda resumed with --device cpu for one more generation (it must say it is not bit for bit);
-# 4. with two or more GPUs (nvidia-smi -L): a paper run under torchrun with 2 processes and the same run with one,
+# 2. paper-preset generations (benchmarks/memory_soak.py, the real trainer), eager and with runtime.cuda_graphs, TF32
+#    (runtime.matmul_precision high) and float32, bf16 encoders off and on: seconds a generation and its phases;
+# 3. default-preset generations on the GPU, eager and graphed, and on this machine's CPU cores, in the same call;
+# 4. the DDPG update against the card's peaks (benchmarks/update_roofline.py), paper, eager and graphed;
+# 5. one backtest fold (default preset, 40 generations, graphed), timed;
+# 6. a smoke run on cuda resumed with --device cpu for one more generation (it must say it is not bit for bit);
+# 7. with GPU_SMOKE_SOAK_GENERATIONS > 0: a graphed paper soak of that many generations, judged by memory_soak.py;
+# 8. with two or more GPUs (nvidia-smi -L): a paper run under torchrun with 2 processes and the same run with one,
 #    their parameters compared by `main.py inspect --json` (params_sha256) and their speeds side by side.
 #
 # Without CUDA it prints one line and exits 2, writing nothing. It exits 1 when a check failed (the figures it has
 # are still written, and the work folder with the logs is kept), else 0.
 #
 # Needs pytest: pip install -r requirements-dev.txt (its torch range accepts a CUDA image's own build).
-# Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (paper generations per timing, default 3; the first is
-# left out of the medians), GPU_SMOKE_WORK (folder for runs and logs, kept; default a temporary one, removed when
-# every check passed), GPU_SMOKE_DRY_RUN=1 (print the commands, one a line, and run none; assumes 2 GPUs).
+# Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (generations per timing, default 3; the first is left
+# out of the medians), GPU_SMOKE_SOAK_GENERATIONS (default 0: no soak), GPU_SMOKE_WORK (folder for runs and logs,
+# kept; default a temporary one, removed when every check passed), GPU_SMOKE_DRY_RUN=1 (print the commands, one a
+# line, and run none; assumes 2 GPUs).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 GENERATIONS="${GPU_SMOKE_GENERATIONS:-3}"
+SOAK_GENERATIONS="${GPU_SMOKE_SOAK_GENERATIONS:-0}"
 DRY_RUN="${GPU_SMOKE_DRY_RUN:-0}"
 OUT="${1:-gpu_smoke.md}"
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"
@@ -68,7 +74,8 @@ label, run_dir, extra = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 rows = rows[1:] or rows
 med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)
-phases = ("generation_s", "rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s", "checkpoint_write_s")
+phases = ("generation_s", "rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s", "checkpoint_write_s",
+          "telemetry_s")
 cells = [f"{med(key):.3f}" for key in phases]
 cells.append(f"{med('env_steps_per_s'):,.0f}")
 cells.append(f"{max(r['cuda_reserved_bytes'] for r in rows) / 2**30:.2f} GiB")
@@ -135,32 +142,120 @@ gpu_tests() {
     add ""
 }
 
+# One timing of memory_soak.py: LABEL, NAME, then its --set arguments.
+timing() {
+    local label="$1" name="$2"
+    shift 2
+    if run "$WORK/logs/$name.log" "$PYTHON" benchmarks/memory_soak.py --generations "$GENERATIONS" \
+        --out "$WORK/timings/$name" "$@"; then
+        [[ "$DRY_RUN" == 1 ]] || add_row "$label" "$WORK/timings/$name"
+    else
+        fail "the timing $name"
+        ROWS+="| $label | failed |"$'\n'
+    fi
+}
+
+COLUMNS="s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | telemetry | env steps/s | CUDA reserved (max)"
+
 paper_timings() {
-    local matmul bf16 name
+    local matmul bf16 graphs
     ROWS=""
-    for matmul in highest high; do
-        for bf16 in false true; do
-            name="paper-$matmul-bf16-$bf16"
-            if run "$WORK/logs/$name.log" "$PYTHON" benchmarks/memory_soak.py --preset paper \
-                --generations "$GENERATIONS" --out "$WORK/timings/$name" \
-                --set runtime.device=cuda --set "runtime.matmul_precision=$matmul" --set "model.bf16_encoder=$bf16"; then
-                [[ "$DRY_RUN" == 1 ]] || add_row "$matmul | $bf16" "$WORK/timings/$name"
-            else
-                fail "paper generations with runtime.matmul_precision=$matmul model.bf16_encoder=$bf16"
-                ROWS+="| $matmul | $bf16 | failed |"$'\n'
-            fi
-        done
+    for setting in "high false false" "high false true" "highest false true" "high true true"; do
+        read -r matmul bf16 graphs <<<"$setting"
+        timing "$matmul | $bf16 | $graphs" "paper-$matmul-bf16-$bf16-graphs-$graphs" --preset paper \
+            --set runtime.device=cuda --set "runtime.matmul_precision=$matmul" --set "model.bf16_encoder=$bf16" \
+            --set "runtime.cuda_graphs=$graphs"
     done
     [[ "$DRY_RUN" == 1 ]] && return 0
-    add "### A paper generation: TF32 and bf16 encoders"
+    add "### A paper generation: CUDA graphs, TF32 and bf16 encoders"
     add ""
     add "\`python benchmarks/memory_soak.py --preset paper --generations $GENERATIONS --set runtime.matmul_precision=M"
-    add "--set model.bf16_encoder=B\` on the bundled data; seconds, the median of generations 2 to $GENERATIONS."
+    add "--set model.bf16_encoder=B --set runtime.cuda_graphs=G\` on the bundled data; seconds, the median of"
+    add "generations 2 to $GENERATIONS."
     add ""
-    add "| matmul precision | bf16 encoder | s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | env steps/s | CUDA reserved (max) |"
-    add "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    add "| matmul precision | bf16 encoder | CUDA graphs | $COLUMNS |"
+    add "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     REPORT+="$ROWS"
     add ""
+}
+
+default_timings() {
+    ROWS=""
+    timing "cuda | false" default-cuda-eager --set runtime.device=cuda --set runtime.cuda_graphs=false
+    timing "cuda | true" default-cuda-graphs --set runtime.device=cuda --set runtime.cuda_graphs=true
+    timing "cpu ($(nproc) cores) | n/a" default-cpu --set runtime.device=cpu
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### A default generation: the GPU against this machine's CPU"
+    add ""
+    add "\`python benchmarks/memory_soak.py --generations $GENERATIONS --set runtime.device=D --set runtime.cuda_graphs=G\`"
+    add "in one call; seconds, the median of generations 2 to $GENERATIONS."
+    add ""
+    add "| device | CUDA graphs | $COLUMNS |"
+    add "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    REPORT+="$ROWS"
+    add ""
+}
+
+roofline() {
+    local graphs log lines=""
+    for graphs in false true; do
+        log="$WORK/logs/roofline-graphs-$graphs.log"
+        if run "$log" "$PYTHON" benchmarks/update_roofline.py --preset paper --set runtime.device=cuda \
+            --set "runtime.cuda_graphs=$graphs"; then
+            [[ "$DRY_RUN" == 1 ]] || lines+="$(cat "$log")"$'\n\n'
+        else
+            fail "the update roofline with runtime.cuda_graphs=$graphs"
+        fi
+    done
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### The paper update against the card"
+    add ""
+    add "\`python benchmarks/update_roofline.py --preset paper --set runtime.device=cuda --set runtime.cuda_graphs=G\`:"
+    add ""
+    add '```'
+    REPORT+="$lines"
+    add '```'
+    add ""
+}
+
+backtest_fold() {
+    local log="$WORK/logs/backtest-fold.log" start seconds result
+    start="$(date +%s.%N)"
+    if run "$log" "$PYTHON" main.py backtest --folds 1 --seeds 0 --generations 40 --device cuda \
+        --set runtime.cuda_graphs=true --checkpoint-uri "$WORK/backtest" --no-progress; then
+        seconds="$("$PYTHON" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$start" "$(date +%s.%N)")"
+        result="$seconds s"
+    else
+        fail "the backtest fold"
+        result="failed"
+    fi
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### One backtest fold"
+    add ""
+    add "\`main.py backtest --folds 1 --seeds 0 --generations 40 --device cuda --set runtime.cuda_graphs=true\`"
+    add "(default preset, the start-up included): $result."
+    add ""
+}
+
+soak() {
+    ((SOAK_GENERATIONS > 0)) || return 0
+    local log="$WORK/logs/soak.log"
+    if run "$log" "$PYTHON" benchmarks/memory_soak.py --preset paper --generations "$SOAK_GENERATIONS" \
+        --set runtime.device=cuda --set runtime.cuda_graphs=true; then
+        [[ "$DRY_RUN" == 1 ]] && return 0
+        add "### A paper soak, graphed"
+        add ""
+        add "\`python benchmarks/memory_soak.py --preset paper --generations $SOAK_GENERATIONS --set runtime.device=cuda"
+        add "--set runtime.cuda_graphs=true\`:"
+        add ""
+        add '```'
+        REPORT+="$(grep -v '^gen ' "$log")"$'\n'
+        add '```'
+        add ""
+        grep -q "flat, no findings" "$log" || fail "the paper soak's verdict"
+    else
+        fail "the paper soak"
+    fi
 }
 
 resume_on_cpu() {
@@ -228,8 +323,8 @@ sharded() {
     add "against the same with one process; seconds, the median of generations 2 to $GENERATIONS. Parameters after"
     add "generation $GENERATIONS (\`params_sha256\` of \`main.py inspect --json\`, its first 16 digits below): $verdict."
     add ""
-    add "| W | s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | env steps/s | CUDA reserved (max, rank 0) | params_sha256 |"
-    add "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    add "| W | s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | telemetry | env steps/s | CUDA reserved (max, rank 0) | params_sha256 |"
+    add "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     REPORT+="$ROWS"
     add ""
 }
@@ -252,7 +347,11 @@ fi
 
 gpu_tests
 paper_timings
+default_timings
+roofline
+backtest_fold
 resume_on_cpu
+soak
 sharded
 
 [[ "$DRY_RUN" == 1 ]] && exit 0

@@ -51,6 +51,7 @@ SERIES = (
     "replay_bytes",
     "replay_transitions",
     "generation_s",
+    "telemetry_s",
 )
 """Figures kept from every generation's metrics row."""
 
@@ -145,6 +146,11 @@ def soak(config: Any, generations: int, *, settle: int, bounds: dict[str, Any]) 
         **cost,
     }
     summary["count_objects_share_of_generation"] = cost["count_objects_ms"] / 1000 / summary["median_generation_s"]
+    # What the telemetry took in the run itself (the object census only in the generations its budget allowed).
+    summary["telemetry_share_of_run"] = sum(row["telemetry_s"] for row in rows) / sum(
+        row["generation_s"] for row in rows
+    )
+    summary["censused_generations"] = sum(1 for row in rows if row["python_objects"] is not None)
     full = [i for i, row in enumerate(rows) if row["replay_transitions"] >= capacity]
     summary["full_at_generation"] = full[0] + 1 if full else None
     judged = rows[full[0] + settle :] if full else []
@@ -154,7 +160,8 @@ def soak(config: Any, generations: int, *, settle: int, bounds: dict[str, Any]) 
         return {"summary": summary, "rows": rows}
 
     def span(key: str) -> list[int]:
-        return [min(row[key] for row in judged), max(row[key] for row in judged)]
+        values = [row[key] for row in judged if row[key] is not None]  # object counts: the censused generations
+        return [min(values), max(values)] if values else [0, 0]
 
     rss = [row["rss_bytes"] for row in judged]
     summary.update(
@@ -221,7 +228,9 @@ def report(result: dict[str, Any]) -> str:
     lines.append(
         f"telemetry cost: count_objects() {s['count_objects_ms']:.1f} ms, memory_snapshot() "
         f"{s['memory_snapshot_ms']:.2f} ms, vs median generation {s['median_generation_s'] * 1000:.0f} ms "
-        f"({100 * s['count_objects_share_of_generation']:.2f} %)"
+        f"({100 * s['count_objects_share_of_generation']:.2f} %); in the run, the telemetry took "
+        f"{100 * s['telemetry_share_of_run']:.2f} % of the time, the object census counting "
+        f"{s['censused_generations']} of {s['generations']} generations (runtime.census_share)"
     )
     lines += [
         "",

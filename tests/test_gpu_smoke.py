@@ -68,7 +68,9 @@ def test_the_gpu_tests_are_selected_by_a_declared_marker(commands):
     assert '"gpu: ' in (REPO / "pyproject.toml").read_text()
 
 
-def test_the_paper_timings_cover_tf32_and_bf16_on_and_off(commands, monkeypatch):
+def soak_configs(commands, monkeypatch) -> list[config.Config]:
+    """The configs of the dry run's memory_soak.py commands, as memory_soak parses and builds them."""
+
     class CapturedError(Exception):
         pass
 
@@ -76,17 +78,40 @@ def test_the_paper_timings_cover_tf32_and_bf16_on_and_off(commands, monkeypatch)
         raise CapturedError(config_, generations)
 
     monkeypatch.setattr(memory_soak, "soak", capture)
-    seen = set()
+    configs = []
     for argv in commands:
         if argv[0] != "benchmarks/memory_soak.py":
             continue
         with pytest.raises(CapturedError) as captured:  # memory_soak's own parsing and config, up to the run
             memory_soak.main(argv[1:])
         settings, generations = captured.value.args
-        assert settings.runtime.device == "cuda" and generations >= 2  # the first generation is left out
-        assert settings.evolution.popsize == config.preset("paper").evolution.popsize
-        seen.add((settings.runtime.matmul_precision, settings.model.bf16_encoder))
-    assert seen == {("highest", False), ("highest", True), ("high", False), ("high", True)}
+        assert generations >= 2  # the first generation is left out
+        configs.append(settings)
+    return configs
+
+
+def test_the_timings_cover_graphs_tf32_and_bf16_on_the_gpu_and_the_default_on_the_cpu(commands, monkeypatch):
+    configs = soak_configs(commands, monkeypatch)
+    paper = config.preset("paper").evolution.popsize
+    seen = {
+        (c.runtime.matmul_precision, c.model.bf16_encoder, c.runtime.cuda_graphs)
+        for c in configs
+        if c.evolution.popsize == paper
+    }
+    assert seen == {("high", False, False), ("high", False, True), ("highest", False, True), ("high", True, True)}
+    assert all(c.runtime.device == "cuda" for c in configs if c.evolution.popsize == paper)
+    default = config.preset("default")
+    defaults = [(c.runtime.device, c.runtime.cuda_graphs) for c in configs if c.model == default.model]
+    assert sorted(defaults) == [("cpu", False), ("cuda", False), ("cuda", True)]  # the same call, three ways
+
+
+def test_the_update_roofline_and_the_backtest_fold_run_graphed_on_cuda(commands):
+    roofline = [argv for argv in commands if argv[0] == "benchmarks/update_roofline.py"]
+    assert [argv[argv.index("--preset") + 1] for argv in roofline] == ["paper", "paper"]
+    assert {argv[-1] for argv in roofline} == {"runtime.cuda_graphs=false", "runtime.cuda_graphs=true"}
+    [backtest] = [argv for argv in commands if argv[:2] == ["main.py", "backtest"]]
+    assert "--device" in backtest and backtest[backtest.index("--device") + 1] == "cuda"
+    assert backtest[backtest.index("--generations") + 1] == "40" and "runtime.cuda_graphs=true" in backtest
 
 
 def test_the_resume_moves_a_cuda_run_to_the_cpu(commands):
@@ -101,7 +126,7 @@ def test_the_resume_moves_a_cuda_run_to_the_cpu(commands):
 def test_the_sharded_runs_differ_only_in_the_process_count_and_are_inspected(commands):
     runs = {}
     for index, argv in enumerate(commands):
-        if "main.py" not in argv or "cuda-then-cpu" in argv or "inspect" in argv:
+        if "main.py" not in argv or "cuda-then-cpu" in argv or "inspect" in argv or "backtest" in argv:
             continue
         split = argv.index("main.py")
         launcher, settings = argv[:split], train_config(argv[split + 1 :])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from training.run_state import LoopCheckpoints
 from training.selection import SequentialGate, choose_champion, edge_bounds, selection_z, validation_block_length
 from training.sharding import Sharding
 from training.streams import gate_generator, make_generators, seed_device_streams
-from utils.telemetry import GrowthWatch, PhaseTimer, count_objects, memory_snapshot, python_blocks
+from utils.telemetry import GrowthWatch, ObjectCensus, PhaseTimer, memory_snapshot, python_blocks
 
 
 class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
@@ -181,6 +182,7 @@ class Trainer:
         self._actor_loss_sum = torch.zeros(held, device=self.device)
         self._timer = PhaseTimer(self.device)
         self._growth = GrowthWatch()
+        self._census = ObjectCensus(config.runtime.census_share)
         # ddpg.observation_noise's draws, for all P (each process keeps its rows)
         window_shape = (popsize, ddpg.batch_size, market.num_assets, self.train_env.gatherer.window_size)
         self._noise = torch.empty(window_shape, device=self.device) if ddpg.observation_noise > 0 else None
@@ -360,6 +362,9 @@ class Trainer:
         popsize = cfg.evolution.popsize
         # The previous generation's write: done before the telemetry, so the figures never count its buffers.
         waited = self.checkpoints.wait()
+        started = time.perf_counter()
+        telemetry = self._telemetry()
+        durations = {**self._timer.durations(), "telemetry_s": time.perf_counter() - started}
         row = generation_row(
             self.generation,
             scores,
@@ -373,8 +378,8 @@ class Trainer:
             updates=updates,
             buffer_size=len(self.buffer),
             env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,
-            durations=self._timer.durations(),
-            telemetry=self._telemetry(),
+            durations=durations,
+            telemetry=telemetry,
         )
         self.checkpoints.save(row, waited=waited)
         self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
@@ -424,15 +429,16 @@ class Trainer:
         self._critic_loss_sum += losses.critic
         self._actor_loss_sum += losses.actor
 
-    def _telemetry(self) -> dict[str, int]:
-        """Memory figures of this generation; warns (once per streak) when they keep growing after warm-up."""
-        python_objects, live_tensors, python_references = count_objects()
+    def _telemetry(self) -> dict[str, int | None]:
+        """Memory figures of this generation (the object counts when the census takes them, else None); warns
+        (once per streak) when they keep growing after warm-up."""
+        counts = self._census.take()
         reading = {
             **memory_snapshot(self.device),
-            "live_tensors": live_tensors,
-            "python_objects": python_objects,
+            "live_tensors": None if counts is None else counts.tensors,
+            "python_objects": None if counts is None else counts.objects,
             "python_blocks": python_blocks(),
-            "python_references": python_references,
+            "python_references": None if counts is None else counts.references,
             "replay_bytes": self.buffer.nbytes,
             "replay_transitions": len(self.buffer),
         }

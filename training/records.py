@@ -26,6 +26,7 @@ MEASURED_KEYS = frozenset(
         "update_s",
         "checkpoint_s",
         "checkpoint_write_s",
+        "telemetry_s",
         *MEMORY_KEYS,
     }
 )
@@ -137,7 +138,8 @@ def format_line(row: dict[str, Any], *, generations: int, buffer_capacity: int) 
         f"champion {row['champion_score']:+.4f} {_champion_label(row)} | "
         f"buffer {format_count(row['buffer_size'])}/{format_count(buffer_capacity)} | "
         f"{format_count(row['env_steps_per_s'])} steps/s | {row['generation_s']:.1f} s | "
-        f"rss {format_bytes(row['rss_bytes'])} | {row['live_tensors']} tensors"
+        f"rss {format_bytes(row['rss_bytes'])}"
+        + ("" if row["live_tensors"] is None else f" | {row['live_tensors']} tensors")
     )
 
 

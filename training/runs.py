@@ -33,7 +33,14 @@ from training.sizing import check_memory
 from utils.errors import CheckpointError, ConfigError, one_line
 
 RESUMABLE_CHANGES = frozenset(
-    {"runtime.generations", "runtime.device", "runtime.progress", "runtime.collective_timeout_s", "runtime.cuda_graphs"}
+    {
+        "runtime.generations",
+        "runtime.device",
+        "runtime.progress",
+        "runtime.collective_timeout_s",
+        "runtime.cuda_graphs",
+        "runtime.census_share",
+    }
 )
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
 

@@ -1,8 +1,11 @@
 import gc
+import time
 
 import pytest
+import torch
 
-from utils.telemetry import GrowthWatch, count_objects, leak_findings, least_squares_slope
+from training.records import format_line
+from utils.telemetry import GrowthWatch, ObjectCensus, count_objects, leak_findings, least_squares_slope
 
 
 def reading(rss=100_000_000, objects=1000, tensors=50):
@@ -73,3 +76,75 @@ def test_count_objects_sees_untracked_objects_kept_in_a_list():
     # themselves: other threads of the test session may create tracked objects between the two counts.)
     assert not any(gc.is_tracked(value) for value in kept)
     assert len(kept) == 100
+
+
+def test_count_objects_counts_tensors_of_every_kind():
+    gc.collect()
+    gc.disable()
+    try:
+        before = count_objects().tensors
+        kept = [torch.zeros(1), torch.nn.Parameter(torch.zeros(1))]
+        after = count_objects().tensors
+    finally:
+        gc.enable()
+    assert after - before == len(kept)
+
+
+def test_the_census_counts_only_within_its_share_of_the_time():
+    assert all(ObjectCensus(1.0).take() is not None for _ in range(3))  # the leak tests' setting: every generation
+    census = ObjectCensus(0.5)
+    assert census.take() is not None  # nothing spent yet
+    assert census.take() is None  # it has just taken about all of the time since it began
+    time.sleep(3 * census.spent)
+    assert census.take() is not None  # now it is under half of the time again
+
+
+def test_a_leak_is_seen_between_the_generations_the_census_counted():
+    bounds = {"rss_slope_bytes": 1000, "objects_slack": 8, "blocks_slope_limit": 5, "references_slope_limit": 4}
+    rows = []
+    for generation in range(1, 13):
+        counted = generation % 3 == 1  # every third generation counted
+        objects = 1000 + 10 * generation  # 10 objects and 20 references kept a generation
+        rows.append(
+            {
+                "generation": generation,
+                "rss_bytes": 100_000_000,
+                "python_blocks": 10,
+                "live_tensors": 50 if counted else None,
+                "python_objects": objects if counted else None,
+                "python_references": 5000 + 20 * generation if counted else None,
+            }
+        )
+    findings = leak_findings(rows, **bounds)
+    assert any("python objects rose by 90" in f for f in findings)
+    assert any("references grow 20.0 per generation" in f for f in findings)  # per generation, not per count
+    flat = [
+        {
+            **row,
+            "python_objects": row["python_objects"] and 1000,
+            "python_references": row["python_references"] and 5000,
+        }
+        for row in rows
+    ]
+    assert leak_findings(flat, **bounds) == []
+    watch = GrowthWatch(patience=2, settle=0)
+    assert not any(watch.update(row, warm=True) for row in flat)
+
+
+def test_the_line_names_the_tensor_count_only_when_it_was_counted():
+    row = {
+        "generation": 3,
+        "best_fitness": 0.1,
+        "mean_fitness": 0.0,
+        "worst_fitness": -0.1,
+        "champion_score": 0.2,
+        "champion_generation": 0,
+        "edge_best": -0.01,
+        "buffer_size": 10,
+        "env_steps_per_s": 1e4,
+        "generation_s": 0.5,
+        "rss_bytes": 5e8,
+        "live_tensors": 432,
+    }
+    assert format_line(row, generations=5, buffer_capacity=100).endswith("| 432 tensors")
+    assert "tensors" not in format_line({**row, "live_tensors": None}, generations=5, buffer_capacity=100)
