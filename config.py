@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from utils.errors import ConfigError
+from utils.errors import ConfigError, InputError
 
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -63,7 +63,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class EnvConfig:
     lookback: int = 1
-    """Days of features in one observation window (L); 1: longer windows let the actor memorise days (RESULTS.md)."""
+    """Days of features in one observation window (L)."""
     episode_days: int = 63
     """Steps (trading days) in one episode window; its end is a truncation, not a termination."""
     cost_rate: float = 0.0005
@@ -94,11 +94,11 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DDPGConfig:
     gamma: float = 0.0
-    """Discount of the TD target and of the critic's term in the model objective (0: the next day only; RESULTS.md)."""
+    """Discount of the TD target and of the critic's term in the model objective (0: the next day only)."""
     tau: float = 0.005
     """Polyak coefficient: target <- target + tau * (online - target) after every update."""
     actor_lr: float = 1e-4
-    """Adam learning rate of the actors (1e-4: larger steps fit the training years and decay on validation)."""
+    """Adam learning rate of the actors."""
     critic_lr: float = 1e-3
     """Adam learning rate of the critics."""
     batch_size: int = 128
@@ -106,7 +106,7 @@ class DDPGConfig:
     updates_per_generation: int = 32
     """Gradient updates of every agent in each generation."""
     buffer_size: int = 200_000
-    """Capacity of the shared replay ring, in transitions."""
+    """Capacity of the shared replay buffer, in transitions."""
     learning_starts: int = 2_000
     """Transitions in the buffer before the first update."""
     exploration_min: float = 0.1
@@ -180,7 +180,7 @@ class RolloutConfig:
     exploring_episodes: int = 8
     """Of those, episodes run with exploration noise; the rest are noise-free and give the fitness."""
     fitness_block_every: int = 4
-    """Every this-many-th block of episode_days training days gives the fitness, never the ring; 0: no such blocks."""
+    """Every this-many-th block of episode_days training days gives the fitness, never the buffer; 0: no such blocks."""
 
     def __post_init__(self) -> None:
         _require(self.episodes >= 1, "rollout.episodes", "must be >= 1")
@@ -194,7 +194,7 @@ class RolloutConfig:
 
     @property
     def splits_fitness_days(self) -> bool:
-        """Whether fitness comes from days kept out of the replay ring: it needs noise-free and exploring episodes."""
+        """Whether fitness comes from days kept out of the replay buffer: it needs noise-free and exploring episodes."""
         return self.fitness_block_every > 0 and 0 < self.exploring_episodes < self.episodes
 
     @property
@@ -210,7 +210,7 @@ class SelectionConfig:
     choose_by: ChooseBy = "return"
     """Which of the agents with a proven edge is crowned: the highest validation return, or the highest bound."""
     method: SelectionMethod = "bootstrap"
-    """bootstrap: the max-t bootstrap of a generation's candidates, looks spent as a group; bonferroni: the old test."""
+    """bootstrap: the max-t bootstrap of a generation's candidates, looks spent as a group; bonferroni: one by one."""
     bootstrap_draws: int = 2000
     """Resamples of the validation days the bootstrap gate uses for the whole run (alpha's resolution is 1/draws)."""
     block_days: float = 0.0
@@ -295,7 +295,7 @@ class Config:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     """Genetic algorithm over the population."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """The training rollouts of each generation: they fill the replay ring and measure fitness."""
+    """The training rollouts of each generation: they fill the replay buffer and measure fitness."""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     """How the champion is chosen on the validation range."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -376,8 +376,8 @@ def _default() -> Config:
 
 
 def _paper() -> Config:
-    """GPU-pod scale: more agents, episodes, updates and a million-transition buffer; the default's one-day
-    observation, since longer windows let the networks memorise training days (RESULTS.md)."""
+    """GPU-pod scale: more agents, episodes and updates, wider networks and a million-transition buffer, with the
+    default's one-day observation."""
     return override(
         Config(),
         {
@@ -430,6 +430,57 @@ def override(config: Config, values: dict[str, Any]) -> Config:
         if changes
     }
     return dataclasses.replace(config, **replaced)
+
+
+def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict (``Config.to_dict``, or a document holding one) as one level of dotted keys."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+RUN_FLAGS = {
+    "--data": "data.path",
+    "--generations": "runtime.generations",
+    "--population": "evolution.popsize",
+    "--device": "runtime.device",
+}
+"""The flags of the commands that train runs (train, backtest) that set a config key, beside --preset and --set."""
+
+
+def add_run_flags(parser: Any) -> None:
+    """``--preset``, ``--set`` and ``RUN_FLAGS`` on an ``argparse`` parser of a command that trains runs."""
+    parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
+    parser.add_argument("--generations", type=int, help="generations of a run (with --resume: its new total)")
+    parser.add_argument("--population", type=int, help="agents in the population")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="training device")
+
+
+def flag_settings(args: Any, flags: dict[str, str] = RUN_FLAGS) -> dict[str, Any]:
+    """The dotted settings a parsed command line names, ``--set`` and ``flags`` (flag -> key) alike; a flag given
+    as ``None`` (absent, or ``--no-progress`` unset) names nothing.
+
+    Raises:
+        InputError: a flag and a ``--set`` of its key that disagree.
+    """
+    settings: dict[str, Any] = dict(parse_assignments(args.set))
+    for flag, key in flags.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if flag == "--no-progress":
+            value = False if value else None
+        if value is None:
+            continue
+        if key in settings and coerce_setting(key, settings[key]) != coerce_setting(key, value):
+            given = flag if isinstance(value, bool) else f"{flag} {value}"
+            raise InputError(f"{given} and --set {key}={settings[key]} disagree; give one of them")
+        settings[key] = value
+    return settings
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:

@@ -45,13 +45,8 @@ def _train_parser() -> argparse.ArgumentParser:
         epilog=f"config keys for --set:\n{keys}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
+    config_module.add_run_flags(parser)
     parser.add_argument("--seed", type=int, help="seed of every random stream")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="training device")
-    parser.add_argument("--generations", type=int, help="generations to train (with --resume: the new total)")
-    parser.add_argument("--population", type=int, help="agents in the population")
     parser.add_argument(
         "--checkpoint-uri", help="where runs live: a folder or gs://bucket/prefix (env ERL_CHECKPOINT_URI)"
     )
@@ -80,35 +75,23 @@ def _train_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TRAIN_FLAGS = {
+    **config_module.RUN_FLAGS,
+    "--seed": "runtime.seed",
+    "--checkpoint-uri": "checkpoint.uri",
+    "--run-name": "checkpoint.run_name",
+    "--local-dir": "checkpoint.local_dir",
+    "--no-progress": "runtime.progress",
+}
+"""The train command's flags that set a config key."""
+
+
 def _explicit_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config settings the user named, flags and --set alike."""
-    settings: dict[str, Any] = dict(config_module.parse_assignments(args.set))
-    flags = {
-        "data.path": ("--data", args.data),
-        "runtime.seed": ("--seed", args.seed),
-        "runtime.device": ("--device", args.device),
-        "runtime.generations": ("--generations", args.generations),
-        "evolution.popsize": ("--population", args.population),
-        "checkpoint.uri": ("--checkpoint-uri", args.checkpoint_uri),
-        "checkpoint.run_name": ("--run-name", args.run_name),
-        "checkpoint.local_dir": ("--local-dir", args.local_dir),
-        "runtime.progress": ("--no-progress", False if args.no_progress else None),
-    }
-    for key, (flag, value) in flags.items():
-        if value is None:
-            continue
-        if key in settings and _typed(key, settings[key]) != _typed(key, value):
-            given = flag if isinstance(value, bool) else f"{flag} {value}"
-            raise InputError(f"{given} and --set {key}={settings[key]} disagree; give one of them")
-        settings[key] = value
+    settings = config_module.flag_settings(args, TRAIN_FLAGS)
     if "checkpoint.uri" not in settings and os.environ.get("ERL_CHECKPOINT_URI"):  # the command line wins
         settings["checkpoint.uri"] = os.environ["ERL_CHECKPOINT_URI"]
     return settings
-
-
-def _typed(key: str, value: Any) -> Any:
-    """A setting's value as the config holds it ("8" and 8 are the same popsize)."""
-    return config_module.coerce_setting(key, value)
 
 
 def train(argv: list[str]) -> int:

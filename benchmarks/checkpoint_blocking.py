@@ -4,14 +4,14 @@
     python benchmarks/checkpoint_blocking.py --json
     python benchmarks/checkpoint_blocking.py --set ddpg.buffer_size=100000 --checkpoints 3
 
-One trainer at the ``paper`` preset (32 agents, lookback 252, a million-transition ring) on the bundled data and the
-CPU. Collecting a million transitions at this shape would take hours on a CPU, so the ring is filled to capacity
+One trainer at the ``paper`` preset (32 agents, lookback 252, a million-transition buffer) on the bundled data and the
+CPU. Collecting a million transitions at this shape would take hours on a CPU, so the buffer is filled to capacity
 with random transitions of the right dtypes: the bytes written, hashed and copied are the same. Then, in the same
 process and run folder:
 
-* synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, the ring in one
+* synchronous: the path before staging, as it was: ``write_generation`` inline on the live tensors, the buffer in one
   file, retention and the metrics row, everything the loop used to block for;
-* staged: ``LoopCheckpoints.save``, the loop's own path: the wait for the write before (if any), the copy into the
+* staged: ``Checkpointing.save``, the loop's own path: the wait for the write before (if any), the copy into the
   staging buffers, the start of the writer thread. Between two staged checkpoints the benchmark sleeps
   ``--train-s`` seconds in place of a generation's training (a paper generation on this CPU takes many minutes, on a
   GPU the write then overlaps it); with ``--train-s 0`` each checkpoint comes right after the one before and waits
@@ -19,7 +19,7 @@ process and run folder:
 
 Before every checkpoint, both ways, a generation's worth of change is made: every population tensor moves, and
 the transitions a generation stores (P x exploring episodes x episode_days: 129,024 at the paper shape) are written
-into the ring where the next ones would go. The staged path holds the ring in segments (``models.replay.SEGMENTS``),
+into the buffer where the next ones would go. The staged path holds the buffer in segments (``models.replay.SEGMENTS``),
 and a segment no transition reached since the generation that retention deletes as this one is committed (3 back
 with ``checkpoint.keep_last`` 3) is a hard link to that generation's file (``persistence.checkpoint``): the report gives
 the bytes each checkpoint actually writes. The first three staged checkpoints have no segment files to link to (the
@@ -46,10 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from config import Config, override, parse_assignments, preset
+from models import replay
 from persistence import checkpoint, jsonl
 from training.loop import Trainer
-from training.runs import load_market
-from training.streams import HOST_STREAMS
+from training.setup import load_market
 from utils.telemetry import format_bytes
 
 
@@ -61,7 +61,7 @@ def paper_config(settings: dict[str, str]) -> Config:
 
 @torch.no_grad()
 def fill_ring(trainer: Trainer, generator: torch.Generator) -> None:
-    """Random transitions in every slot of the ring, of the dtypes and ranges it holds, and the ring marked full."""
+    """Random transitions in every slot of the buffer, of the dtypes and ranges it holds, and the buffer marked full."""
     buffer = trainer.buffer
     days = trainer.market.splits.train
     for key, tensor in buffer.storage.items():
@@ -77,11 +77,11 @@ def fill_ring(trainer: Trainer, generator: torch.Generator) -> None:
 @torch.no_grad()
 def advance(trainer: Trainer, generator: torch.Generator) -> None:
     """A generation's change without its training: every agent tensor moves, and one generation's transitions
-    overwrite the ring from its write position on."""
+    overwrite the buffer from its write position on."""
     for tensor in trainer.population.agent_tensors().values():
         tensor.add_(1e-3)
     buffer, config = trainer.buffer, trainer.config
-    count = min(config.evolution.popsize * trainer.stored_episodes * config.env.episode_days, buffer.capacity)
+    count = min(config.evolution.popsize * trainer.rollouts.stored_episodes * config.env.episode_days, buffer.capacity)
     rows = (torch.arange(count) + buffer.pos) % buffer.capacity
     for tensor in buffer.storage.values():
         if tensor.dtype.is_floating_point:
@@ -122,21 +122,20 @@ def optimiser_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
     """The loop's checkpoint before staging: written inline from the live tensors."""
+    state = trainer.state()
     tensors = {
-        "population": trainer.population.state_tensors(),
-        "replay": trainer.buffer.state_dict(),
-        "rng": {name: trainer.generators[name].get_state() for name in HOST_STREAMS},
+        "population": state.population,
+        **replay.checkpoint_groups(state.buffer, capacity=trainer.buffer.capacity),
+        "rng": state.streams,
     }
-    history = [*jsonl.read_rows(trainer.metrics_path), row]
+    history = [*jsonl.read_rows(trainer.checkpoints.metrics_path), row]
+    document = trainer.checkpoints.state_document(state, optimiser_steps(trainer))
     checkpoint.write_generation(
-        trainer.run_dir,
-        trainer.generation,
-        tensors=tensors,
-        documents={"state": trainer.checkpoints.state_document(optimiser_steps(trainer)), "history": history},
+        trainer.run_dir, trainer.generation, tensors=tensors, documents={"state": document, "history": history}
     )
     keep_last = trainer.config.checkpoint.keep_last
-    checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion_generation})
-    jsonl.append_row(trainer.metrics_path, row)
+    checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion.generation})
+    jsonl.append_row(trainer.checkpoints.metrics_path, row)
 
 
 def summary(seconds: list[float]) -> dict[str, Any]:
@@ -169,12 +168,12 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             advance(trainer, generator)
             trainer.generation += 1
             start = time.perf_counter()
-            trainer.checkpoints.save(row_of(trainer))
+            trainer.checkpoints.save(trainer.state(), row_of(trainer))
             staged.append(time.perf_counter() - start)
         start = time.perf_counter()
         trainer.checkpoints.wait()
         final_wait = time.perf_counter() - start
-        rows = jsonl.read_rows(trainer.metrics_path)[checkpoints:]
+        rows = jsonl.read_rows(trainer.checkpoints.metrics_path)[checkpoints:]
     return {
         "shape": {
             "preset": "paper",
@@ -187,7 +186,7 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             "keep_last": config.checkpoint.keep_last,
         },
         "checkpoint_bytes": checkpoint_bytes,
-        "stored_per_generation": config.evolution.popsize * trainer.stored_episodes * config.env.episode_days,
+        "stored_per_generation": config.evolution.popsize * trainer.rollouts.stored_episodes * config.env.episode_days,
         "synchronous_written_bytes": written.each[:checkpoints],
         "staged_written_bytes": written.each[checkpoints:],
         "population_bytes": sum(  # its tensors and the optimisers' step counts, staged with them
@@ -215,18 +214,18 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"shape: {s['preset']} preset on {s['device']}: {s['assets']} assets, lookback {s['lookback']}, "
-            f"{s['popsize']} agents, encoder {s['encoder_hidden']}, ring {s['buffer_size']:,} transitions (full), "
+            f"{s['popsize']} agents, encoder {s['encoder_hidden']}, buffer {s['buffer_size']:,} transitions (full), "
             f"keep_last {s['keep_last']}",
             f"a checkpoint: {format_bytes(r['checkpoint_bytes'])} on disk (population "
-            f"{format_bytes(r['population_bytes'])}, ring {format_bytes(r['replay_bytes'])}); staging buffers "
+            f"{format_bytes(r['population_bytes'])}, buffer {format_bytes(r['replay_bytes'])}); staging buffers "
             f"{format_bytes(r['staging_bytes'])}, allocated once",
             f"time between staged checkpoints (stands for training): {r['train_s']:.1f} s",
             "",
             f"bytes written by each checkpoint ({r['stored_per_generation']:,} transitions a generation; the rest "
             "are links to the files of the generation retention deletes next):",
-            "  synchronous, the ring in one file: "
+            "  synchronous, the buffer in one file: "
             + ", ".join(format_bytes(b) for b in r["synchronous_written_bytes"]),
-            "  staged, the ring in segments:      " + ", ".join(format_bytes(b) for b in r["staged_written_bytes"]),
+            "  staged, the buffer in segments:      " + ", ".join(format_bytes(b) for b in r["staged_written_bytes"]),
             "",
             "the training loop blocks for:",
             line("  synchronous (write_generation)", r["synchronous"]),

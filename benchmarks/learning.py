@@ -37,9 +37,9 @@ from config import Config, override, parse_assignments, preset
 from environment.features import WARMUP_DAYS
 from environment.kernel import cash_weights, portfolio_step
 from environment.synthetic import KINDS, make_market
-from offline.backtest import train_to_end
-from offline.holdout import evaluate
+from offline.holdout import score_champion
 from persistence.jsonl import read_rows
+from training.runs import train_to_end
 from training.selection import edge_bounds, t_statistics
 
 
@@ -102,7 +102,7 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     trainer = train_to_end(config, log=log)
     seconds = time.perf_counter() - start
     market = trainer.market
-    results = evaluate(market, config, trainer.population.champion)
+    results = score_champion(market, config, trainer.population.champion)
     holdout = results["holdout"]
     log_return = {s: float(t.log_returns.sum()) for s, t in holdout.traces.items()}
     rule = rule_log_returns(market, synthetic.rule_weights, market.splits.holdout, config.env.cost_rate)
@@ -110,7 +110,7 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     # Could the selection test have crowned the rule itself? Its bound on the validation days, at the last z.
     rule_validation = rule_log_returns(market, synthetic.rule_weights, market.splits.validation, config.env.cost_rate)
     equal_validation = np.asarray(results["validation"].traces["equal_weight"].log_returns, dtype=np.float64)
-    z = read_rows(trainer.metrics_path)[-1]["selection_z"]  # the run's last critical t
+    z = read_rows(trainer.checkpoints.metrics_path)[-1]["selection_z"]  # the run's last critical t
     rule_edge = edge_bounds(torch.as_tensor(rule_validation)[None], torch.as_tensor(equal_validation), z=z)[0]
     rule_t = float(t_statistics(torch.as_tensor(rule_validation - equal_validation)[None])[0])
     return {
@@ -125,8 +125,8 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
         "return_gap": 100 * (champion.total_return - equal.total_return),
         "sharpe": champion.sharpe,
         "sharpe_equal_weight": equal.sharpe,
-        "crowned": trainer.champion_generation,
-        "edge": trainer.champion_edge,
+        "crowned": trainer.champion.generation,
+        "edge": trainer.champion.bound,
         "rule_edge": float(rule_edge),
         "rule_t": rule_t,
         "last_z": z,

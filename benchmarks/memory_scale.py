@@ -1,4 +1,4 @@
-"""The replaced system's shape, measured: 108 assets, a 504-day lookback, 5 features, a 14,000-transition ring.
+"""The replaced system's shape, measured: 108 assets, a 504-day lookback, 5 features, a 14,000-transition buffer.
 
     python benchmarks/memory_scale.py            # about a minute or two on a 2-core CPU
     python benchmarks/memory_scale.py --json
@@ -7,7 +7,7 @@ The replaced trainer stored two observation windows per transition (504 days x 6
 features, float32: 13.5 MB) and died at 175 GB. Here the same buffer length and lookback run on a
 synthetic market built directly (random features and price relatives, no price file), with small
 networks on the CPU so it finishes in minutes: the networks' size changes nothing that this
-benchmark compares (the replay ring, the feature tensor, the sample buffers).
+benchmark compares (the replay buffer, the feature tensor, the sample buffers).
 """
 
 from __future__ import annotations
@@ -159,12 +159,12 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"shape: {s['assets']} assets, lookback {s['lookback']}, {s['features']} features, {s['days']} synthetic "
-            f"days; ring {s['buffer']} transitions; {s['popsize']} agents x {s['episodes']} episodes x "
+            f"days; buffer {s['buffer']} transitions; {s['popsize']} agents x {s['episodes']} episodes x "
             f"{s['episode_days']} days",
             f"small networks on {s['device']} so it finishes in minutes: encoder_hidden {m['encoder_hidden']}, "
             f"embedding {m['embedding']}, head_hidden {m['head_hidden']}, batch {s['batch_size']}, "
             f"{s['updates_per_generation']} updates/generation",
-            f"generations: {r['generations']} (ring full at generation {r['full_at_generation']}), "
+            f"generations: {r['generations']} (buffer full at generation {r['full_at_generation']}), "
             f"{r['wall_s']:.0f} s, median {r['median_generation_s']:.1f} s/gen",
             "",
             f"peak RSS (whole process):        {r['peak_rss_bytes'] / 1e6:.1f} MB",
@@ -174,7 +174,7 @@ def report(r: dict[str, Any]) -> str:
             f"RSS slope once full:             {r['rss_slope_after_full_bytes'] / 1000:+.1f} kB/gen "
             f"(over {r['generations'] - r['full_at_generation'] + 1} generations)",
             "live tensors per generation:     " + ", ".join(str(n) for n in r["live_tensors_per_generation"]),
-            f"replay ring:                     {format_bytes(r['replay_bytes'])} "
+            f"replay buffer:                     {format_bytes(r['replay_bytes'])} "
             f"({r['replay_bytes_per_transition']} B per transition)",
             f"feature tensor + relatives:      {format_bytes(r['features_bytes'])}",
             f"sample buffers (2 x P x B windows, allocated once, resident from the first update): "
@@ -183,19 +183,19 @@ def report(r: dict[str, Any]) -> str:
             "the replaced design (two float32 observation windows per transition):",
             f"  504 x 669 columns x 5 features: {format_bytes(r['replaced_bytes_per_transition_669_columns'])} per "
             f"transition, {format_bytes(r['replaced_buffer_bytes_669_columns'])} for {s['buffer']} transitions "
-            f"({ratio_doc:,.0f}x this ring per transition)",
+            f"({ratio_doc:,.0f}x this buffer per transition)",
             f"  504 x 108 assets x 5 features:  {format_bytes(r['replaced_bytes_per_transition_108_assets'])} per "
             f"transition, {format_bytes(r['replaced_buffer_bytes_108_assets'])} for {s['buffer']} transitions "
-            f"({ratio_here:,.0f}x this ring per transition)",
+            f"({ratio_here:,.0f}x this buffer per transition)",
             f"  this run's whole process peaked at {format_bytes(r['peak_rss_bytes'])}: "
-            f"{r['replaced_buffer_bytes_669_columns'] / r['peak_rss_bytes']:,.0f}x less than the replaced ring alone",
+            f"{r['replaced_buffer_bytes_669_columns'] / r['peak_rss_bytes']:,.0f}x less than the replaced buffer alone",
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--after-full", type=int, default=5, help="generations after the ring is full (default 5)")
+    parser.add_argument("--after-full", type=int, default=5, help="generations after the buffer is full (default 5)")
     parser.add_argument("--updates", type=int, default=4, help="DDPG updates per generation (default 4)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
     python benchmarks/memory_soak.py                      # 100 generations of `default`
     python benchmarks/memory_soak.py --generations 200 --set runtime.device=cpu --json
 
-Warm-up ends with the generation in which the replay ring becomes full (its pages are touched as it
+Warm-up ends with the generation in which the replay buffer becomes full (its pages are touched as it
 fills, so RSS rises until then). From ``--settle`` generations later, a leak-free run holds RSS, the
 live tensor count and the Python object count flat, and Python's allocated blocks nearly so (CPython's
 free lists fill slowly); the verdict is ``utils.telemetry.leak_findings`` over those rows, with the leak
@@ -66,7 +66,7 @@ BOUNDS = {
 generation: the references they hold within 4 and Python's allocated blocks within 100 (least squares), the median
 RSS change within 64 kB)."""
 SETTLE = 2
-"""Generations after the one that fills the ring before judging (as the leak tests do)."""
+"""Generations after the one that fills the buffer before judging (as the leak tests do)."""
 
 TABLE_ASSETS = 20
 TABLE_LOOKBACKS = (16, 63, 252, 504)
@@ -108,7 +108,7 @@ def telemetry_cost(device: torch.device, repeats: int = 5) -> dict[str, float]:
 
 
 def soak(config: Any, generations: int, *, settle: int, bounds: dict[str, Any]) -> dict[str, Any]:
-    """Run ``generations`` generations, then judge the rows from ``settle`` generations after the ring filled.
+    """Run ``generations`` generations, then judge the rows from ``settle`` generations after the buffer filled.
 
     The rows are read back from the run's ``metrics.jsonl`` once the run is over, so the benchmark keeps
     nothing per generation in memory while it measures.
@@ -128,7 +128,7 @@ def soak(config: Any, generations: int, *, settle: int, bounds: dict[str, Any]) 
     wall_s = time.perf_counter() - started
     run.finish()
     cost = telemetry_cost(trainer.device)
-    rows = [{key: row[key] for key in SERIES} for row in jsonl.read_rows(trainer.metrics_path)]
+    rows = [{key: row[key] for key in SERIES} for row in jsonl.read_rows(trainer.checkpoints.metrics_path)]
 
     summary: dict[str, Any] = {
         "config": config.to_dict(),
@@ -188,12 +188,12 @@ def report(result: dict[str, Any]) -> str:
     cfg = s["config"]
     lines = [
         f"device {s['device']} | P={cfg['evolution']['popsize']} E={cfg['rollout']['episodes']} "
-        f"L={cfg['env']['lookback']} episode_days={cfg['env']['episode_days']} | replay ring "
+        f"L={cfg['env']['lookback']} episode_days={cfg['env']['episode_days']} | replay buffer "
         f"{s['replay_capacity']} transitions, {format_bytes(s['replay_bytes'])} "
         f"({s['replay_bytes_per_transition']} B each)",
         f"generations run:             {s['generations']} in {s['wall_s'] / 60:.1f} min "
         f"(median {s['median_generation_s']:.2f} s/gen)",
-        f"replay ring full (warm-up end): generation {s['full_at_generation']}",
+        f"replay buffer full (warm-up end): generation {s['full_at_generation']}",
         f"peak RSS (whole run):        {format_bytes(s['peak_rss_bytes'])}",
     ]
     if s["judged_from_generation"] is None:
@@ -208,7 +208,7 @@ def report(result: dict[str, Any]) -> str:
         verdict = "flat, no findings" if not s["verdict"] else "LEAK? " + "; ".join(s["verdict"])
         lines += [
             f"judged: generations {s['judged_from_generation']}..{s['generations']} "
-            f"({s['judged_generations']} rows; {s['settle']} settling generations after the ring filled)",
+            f"({s['judged_generations']} rows; {s['settle']} settling generations after the buffer filled)",
             f"RSS growth after warm-up:    {s['rss_slope_bytes_per_generation'] / 1000:+.1f} kB/gen (least squares)",
             f"RSS after warm-up:           {span('rss_range', format_bytes)}; "
             f"first {format_bytes(first)}, last {format_bytes(last)}",
@@ -234,9 +234,9 @@ def report(result: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        f"bytes per replay transition, N={TABLE_ASSETS} assets (this ring vs the replaced 2 x L x N x K x 4):",
+        f"bytes per replay transition, N={TABLE_ASSETS} assets (this buffer vs the replaced 2 x L x N x K x 4):",
     ]
-    lines.append(f"{'L':>5} {'K':>5} {'this ring':>10} {'replaced':>14} {'ratio':>8}")
+    lines.append(f"{'L':>5} {'K':>5} {'this buffer':>10} {'replaced':>14} {'ratio':>8}")
     for row in result["replay_table"]:
         old, new = row["replaced_bytes_per_transition"], row["bytes_per_transition"]
         lines.append(f"{row['lookback']:>5} {row['features']:>5} {new:>8} B {old:>12} B {old / new:>7.0f}x")
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--out", help="run folder (must not exist or be empty; default: a temporary one, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    parser.add_argument("--settle", type=int, default=SETTLE, help="generations after the ring fills before judging")
+    parser.add_argument("--settle", type=int, default=SETTLE, help="generations after the buffer fills before judging")
     parser.add_argument("--rss-slope-kb", type=float, help="leak bound on RSS growth, kB/gen (default 64)")
     parser.add_argument("--objects-slack", type=int, help="leak bound on the Python object count's rise (default 0)")
     parser.add_argument("--blocks-slope", type=float, help="leak bound on Python's allocated blocks per gen (100)")

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import Config, override
-from offline.backtest import train_to_end
 from offline.holdout import run_range
+from training.runs import train_to_end
 
 
 def naive_fold(run_dir: Path) -> dict:

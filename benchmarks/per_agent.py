@@ -2,7 +2,7 @@
 
 Not part of the product. It exists so ``throughput.py`` can measure, in one run on one machine, what batching the
 population buys. It uses the same networks (``Actor``/``Critic`` with a population of one), the same environment
-kernel, the same replay ring and the same DDPG update as the trainer, but drives them the usual way:
+kernel, the same replay buffer and the same DDPG update as the trainer, but drives them the usual way:
 
 * evaluation: one agent at a time, one episode at a time, one batch-1 actor forward per step, the step kernel on
   one portfolio, each transition appended to a replay store on its own;

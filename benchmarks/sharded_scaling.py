@@ -81,9 +81,9 @@ def moved_per_donor(preset_name: str) -> dict[str, int]:
     from config import override, preset
     from training.evolution import inherited_keys
     from training.loop import Trainer
-    from training.runs import load_market
+    from training.setup import load_market
 
-    config = override(preset(preset_name), {"runtime.device": "cpu", "ddpg.buffer_size": 1})  # no ring needed
+    config = override(preset(preset_name), {"runtime.device": "cpu", "ddpg.buffer_size": 1})  # no buffer needed
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(config, load_market(config, torch.device("cpu")), Path(scratch), log=lambda line: None)
         tensors = trainer.population.agent_tensors()
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", default="1,2", help="process counts W (default 1,2)")
     parser.add_argument("--preset", default="default")
     parser.add_argument("--generations", type=int, default=6)
-    parser.add_argument("--warmup", type=int, default=2, help="first generations left out (the ring starts filling)")
+    parser.add_argument("--warmup", type=int, default=2, help="first generations left out (the buffer starts filling)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     parser.add_argument(

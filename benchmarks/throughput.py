@@ -9,7 +9,7 @@ For each population size P, on the bundled data and the same machine:
 * evaluation agent-steps/s: the trainer's ``collect`` (P agents x E windows in lockstep) against
   ``per_agent.run_episodes`` (one agent, one window, one batch-1 step at a time), both storing transitions;
 * agent-updates/s in the DDPG phase: one batched ``ddpg_update`` of all P agents against P single-agent updates
-  one after another, both sampling their own batches from the same ring;
+  one after another, both sampling their own batches from the same buffer;
 * generation wall time: evaluation + validation + ``updates_per_generation`` updates, from the measured phases.
 
 Then: the machine's dense float32 matmul throughput, and the DDPG phase's achieved FLOP/s (counted by
@@ -40,12 +40,11 @@ from benchmarks.per_agent import TransitionStore, run_episodes, single_sample_vi
 from config import Config, override, parse_assignments, preset
 from persistence import jsonl
 from training.loop import Trainer
-from training.rollout import validate
-from training.runs import load_market, resolve_device
+from training.setup import load_market, resolve_device
 from utils.telemetry import least_squares_slope
 
 WARMUP_GENERATIONS = 5
-"""Generations left out of the stability figures (allocator and caches settle; the ring starts filling)."""
+"""Generations left out of the stability figures (allocator and caches settle; the buffer starts filling)."""
 
 
 def synchronize(device: torch.device) -> None:
@@ -104,7 +103,7 @@ def build_trainer(config: Config, device: torch.device, run_dir: Path, market=No
 
 def fill_buffer(trainer: Trainer) -> None:
     """Enough real transitions to sample from: one evaluation phase."""
-    trainer.collect_episodes(trainer.sample_train_starts())
+    trainer.rollouts.run(trainer.rollouts.sample_starts())
 
 
 def measure_population(
@@ -115,35 +114,35 @@ def measure_population(
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch), market)
         fill_buffer(trainer)
-        starts = trainer.sample_train_starts()
+        starts = trainer.rollouts.sample_starts()
         steps = popsize * cfg_eval.episodes * cfg_env.episode_days
         ddpg_args = {"gamma": cfg_ddpg.gamma, "tau": cfg_ddpg.tau, "max_grad_norm": cfg_ddpg.max_grad_norm}
 
         # ---- the trainer's way: everything batched
         def evaluate() -> None:
-            trainer.collect_episodes(starts)
+            trainer.rollouts.run(starts)
 
         def run_validation() -> None:
-            validate(trainer.population, trainer.validation_env, trainer.validation_starts)
+            trainer.validation.run()
 
         def update() -> None:
             for _ in range(updates):
-                trainer.ddpg_step()
+                trainer.updates.step()
 
         eval_s = timed(device, evaluate, repeats=repeats)
         validate_s = timed(device, run_validation, repeats=repeats)
         update_s = timed(device, update, repeats=repeats) / updates
 
-        # ---- the per-agent way: same networks, kernel, ring and update, one agent at a time
+        # ---- the per-agent way: same networks, kernel, buffer and update, one agent at a time
         agents = split_population(trainer.population, generator=torch.Generator(device=device).manual_seed(0))
         champion = split_population(trainer.population, generator=torch.Generator(device=device).manual_seed(1))[:1]
         store = TransitionStore(steps, market.num_assets, device)
         start_list = [int(day) for day in starts.cpu()]
-        exploring = [bool(flag) for flag in trainer.exploring.cpu()]
-        validation_list = [int(day) for day in trainer.validation_starts.cpu()]
+        exploring = [bool(flag) for flag in trainer.rollouts.exploring.cpu()]
+        validation_list = [int(day) for day in trainer.validation.starts.cpu()]
         episode = {"episode_days": cfg_env.episode_days, "cost_rate": cfg_env.cost_rate}
         generator = torch.Generator(device=device).manual_seed(2)
-        gatherer = trainer.train_env.gatherer
+        gatherer = trainer.rollouts.env.gatherer
         view = single_sample_view(trainer.buffer, cfg_ddpg.batch_size)
 
         ref_eval_s = timed(
@@ -189,7 +188,7 @@ def update_efficiency(config: Config, device: torch.device, machine_flops: float
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
-        step = trainer.ddpg_step
+        step = trainer.updates.step
         counter = FlopCounterMode(display=False)
         with counter:
             step()
@@ -213,13 +212,13 @@ def profile_update(config: Config, device: torch.device, *, updates: int = 5, to
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
         for _ in range(2):
-            trainer.ddpg_step()
+            trainer.updates.step()
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as profiler:
             for _ in range(updates):
-                trainer.ddpg_step()
+                trainer.updates.step()
             synchronize(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     events = [e for e in profiler.key_averages() if getattr(e, key) > 0]
@@ -235,7 +234,7 @@ def stability(config: Config, device: torch.device, generations: int) -> dict[st
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         trainer.run(until=generations)
-        rows = list(jsonl.read_rows(trainer.metrics_path))
+        rows = list(jsonl.read_rows(trainer.checkpoints.metrics_path))
     steps = [row["env_steps_per_s"] for row in rows][WARMUP_GENERATIONS:]
     seconds = [row["generation_s"] - row["checkpoint_s"] for row in rows][WARMUP_GENERATIONS:]
     median = statistics.median(steps)

@@ -4,8 +4,8 @@
     python benchmarks/update_roofline.py --preset paper --set runtime.device=cuda --set runtime.cuda_graphs=true
     python benchmarks/update_roofline.py --json
 
-One batched update of every agent (``Trainer.ddpg_step``: the ring's sample, both losses and backward passes, the
-per-agent clip, both Adams, Polyak averaging), timed over ``--updates`` calls after the ring is filled by rollouts
+One batched update of every agent (``Updates.step``: the buffer's sample, both losses and backward passes, the
+per-agent clip, both Adams, Polyak averaging), timed over ``--updates`` calls after the buffer is filled by rollouts
 and the first calls are left out; with ``runtime.cuda_graphs`` on CUDA, as the loop runs it (``training.graphs``).
 
 * FLOP per update: counted by ``torch.utils.flop_counter`` (matmuls; elementwise work is not counted).
@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from config import override, parse_assignments, preset
 from training.loop import Trainer
-from training.runs import load_market, resolve_device
+from training.setup import load_market, resolve_device
 
 SPEC_PEAKS = {
     # name fragment: (dense float32 FLOP/s, dense TF32 FLOP/s, memory bytes/s), the makers' data sheets
@@ -123,7 +123,7 @@ def compulsory_bytes(trainer: Trainer) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        trainer.ddpg_step()
+        trainer.updates.step()
     return 3 * parameters + 2 * parameters + 4 * parameters + 2 * targets + 2 * saved[0]
 
 
@@ -132,14 +132,14 @@ def measure(config: Any, *, updates: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         trainer = Trainer(config, load_market(config, device), Path(folder), log=lambda line: None)
         while len(trainer.buffer) < max(config.ddpg.learning_starts, config.ddpg.batch_size):
-            trainer.collect_episodes(trainer.sample_train_starts())
+            trainer.rollouts.run(trainer.rollouts.sample_starts())
         with FlopCounterMode(display=False) as flops:
-            trainer.ddpg_step()
+            trainer.updates.step()
         with KernelCount() as kernels:
-            trainer.ddpg_step()
+            trainer.updates.step()
         compulsory = compulsory_bytes(trainer)
-        step = trainer._update_step  # the loop's update: graphed with runtime.cuda_graphs on CUDA
-        trainer._update_ring_size = trainer.buffer.size
+        step = trainer.updates.graphed  # the loop's update: graphed with runtime.cuda_graphs on CUDA
+        trainer.updates._sampled_size = trainer.buffer.size
         seconds = timed(step, device, repeats=updates, warmup=step.warmup + 2)  # past the warm-up and the capture
         precision = torch.get_float32_matmul_precision()
         peaks = measured_peaks(device, size=8192 if device.type == "cuda" else 1024)

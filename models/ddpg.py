@@ -17,6 +17,10 @@ The critic learns Q on the usual TD target. The actor has two objectives:
 Either objective may subtract ``tilt_penalty * ||a - equal weight||^2`` a day: a prior at equal weight, so that a
 tilt the data do not pay for consistently (on a market with no signal, none is) decays instead of drifting with the
 noise the gradient fits.
+
+Two options change what an update sees and moves: ``observation_noise`` adds Gaussian noise to the replayed
+observations' features (against memorising days), and ``frozen`` agents take no actor step (``evolution.
+frozen_elites``: the elites kept this generation, so that an offspring must beat them on days no gradient saw).
 """
 
 from __future__ import annotations
@@ -29,6 +33,18 @@ from config import ActorObjective
 from environment.kernel import portfolio_step
 from models.population import Population
 from models.replay import ReplayBatch
+
+
+class ObservationNoise(NamedTuple):
+    """Gaussian noise of ``stdev`` on the features of a batch's observation windows (``ddpg.observation_noise``)."""
+
+    stdev: float
+    draws: torch.Tensor
+    """(P, B, N, L * K), allocated once: drawn for the whole population, each process keeping its agents' rows, so an
+    agent's noise does not depend on how the population is split over processes."""
+    rows: slice
+    """This process's agents among the P."""
+    generator: torch.Generator
 
 
 class UpdateLosses(NamedTuple):
@@ -48,13 +64,21 @@ def ddpg_update(
     objective: ActorObjective = "critic",
     cost_rate: float = 0.0,
     tilt_penalty: float = 0.0,
-    actor_step_scale: torch.Tensor | None = None,
+    observation_noise: ObservationNoise | None = None,
+    frozen: torch.Tensor | None = None,
 ) -> UpdateLosses:
     """Critic on the TD target, actor on ``objective`` minus ``tilt_penalty`` times the squared distance of its
     target weights from equal weight (see the module docstring), then Polyak-average both targets. ``cost_rate`` is
-    the environment's, for the ``model`` objective. ``actor_step_scale`` (P,) multiplies each actor's step (0 keeps
-    that actor as it is: ``evolution.frozen_elites``)."""
+    the environment's, for the ``model`` objective. ``observation_noise`` is added to the batch's windows in place;
+    ``frozen`` (P,) bool marks the agents whose actors keep their parameters (their moments still see the gradient).
+    """
     actor, critic = population.actor, population.critic
+    if observation_noise is not None:  # in place: the windows are the replay buffer's own gather buffers
+        for windows in (batch.windows, batch.next_windows):
+            draws = torch.randn(
+                observation_noise.draws.shape, generator=observation_noise.generator, out=observation_noise.draws
+            )
+            windows.add_(draws[observation_noise.rows], alpha=observation_noise.stdev)
 
     with torch.no_grad():
         next_actions = population.actor_target(batch.next_windows, batch.next_weights)
@@ -92,7 +116,7 @@ def ddpg_update(
     finally:
         critic.requires_grad_(True)
     clip_grad_norm_per_agent_(population.actor_optim.params, max_grad_norm)
-    population.actor_optim.step(actor_step_scale)
+    population.actor_optim.step(None if frozen is None else (~frozen).to(actor_loss.dtype))  # a step of 0 or 1
 
     polyak_update_(population.actor_target.parameters(), actor.parameters(), tau=tau)
     polyak_update_(population.critic_target.parameters(), critic.parameters(), tau=tau)

@@ -46,13 +46,13 @@ class Population:
     ) -> None:
         self.popsize = popsize
         self.slots = range(popsize) if slots is None else slots
-        held = len(self.slots)
-        rows = None if held == popsize else Rows(popsize, self.slots)
+        local = len(self.slots)  # the agents this process holds: all of them unless the population is sharded
+        rows = None if local == popsize else Rows(popsize, self.slots)
         self.device = torch.device(device)
-        self.actor = Actor(held, window_size, model).to(device)
-        self.critic = Critic(held, window_size, model).to(device)
-        self.actor_target = Actor(held, window_size, model).to(device)
-        self.critic_target = Critic(held, window_size, model).to(device)
+        self.actor = Actor(local, window_size, model).to(device)
+        self.critic = Critic(local, window_size, model).to(device)
+        self.actor_target = Actor(local, window_size, model).to(device)
+        self.critic_target = Critic(local, window_size, model).to(device)
         self.champion = Actor(1, window_size, model).to(device)
         self.actor.reset_parameters(generator, rows=rows)
         self.critic.reset_parameters(generator, rows=rows)

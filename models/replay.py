@@ -1,4 +1,4 @@
-"""The shared replay ring: transitions as days and portfolio state, never observation windows.
+"""The shared replay buffer: transitions as days and portfolio state, never observation windows.
 
 A transition is its decision day ``t``, the weights before and after the step, the action, the
 reward and the two end flags: ``8 + 12 * (N + 1)`` bytes or so, whatever the lookback length or
@@ -20,15 +20,27 @@ from environment.kernel import with_cash
 from environment.observation import WindowGatherer
 
 SEGMENTS = 16
-"""A checkpoint holds the ring as this many files of consecutive rows: a generation writes into a few of them only,
+"""A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
 and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
 them)."""
 
 
-def holds_the_ring(name: str) -> bool:
-    """Whether a checkpoint's tensor group, or its file, is part of the ring: ``replay`` (position and size) and
+def holds_the_buffer(name: str) -> bool:
+    """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
     its segments ``replay-000``, ``replay-001``, ... (``ReplayBuffer.checkpoint_groups``)."""
     return name.startswith("replay")
+
+
+class ReplayState(NamedTuple):
+    """A replay buffer's contents as one value (``ReplayBuffer.state``, ``checkpoint_groups``)."""
+
+    storage: dict[str, torch.Tensor]
+    """Each stored tensor, at least its first ``size`` rows: the live tensors at full capacity, a staged copy of them,
+    or the filled part read from a checkpoint."""
+    pos: int
+    """Where the next transition goes."""
+    size: int
+    """Transitions held."""
 
 
 class ReplayBatch(NamedTuple):
@@ -111,30 +123,9 @@ class ReplayBuffer:
     def bytes_per_transition(self) -> int:
         return self.nbytes // self.capacity
 
-    @torch.no_grad()
-    def add(
-        self,
-        *,
-        days: torch.Tensor,
-        weights: torch.Tensor,
-        actions: torch.Tensor,
-        rewards: torch.Tensor,
-        next_weights: torch.Tensor,
-        terminated: torch.Tensor | bool,
-        truncated: torch.Tensor | bool,
-    ) -> None:
-        """Append a batch of transitions; every argument has the same leading shape (e.g. (P, E)): ``write`` then
-        ``commit``."""
-        count = self.write(
-            days=days,
-            weights=weights,
-            actions=actions,
-            rewards=rewards,
-            next_weights=next_weights,
-            terminated=terminated,
-            truncated=truncated,
-        )
-        self.commit(count)
+    def add(self, **transition: torch.Tensor | bool) -> None:
+        """Append a batch of transitions (``write``'s arguments): ``write`` then ``commit``."""
+        self.commit(self.write(**transition))
 
     @torch.no_grad()
     def write(
@@ -148,7 +139,7 @@ class ReplayBuffer:
         terminated: torch.Tensor | bool,
         truncated: torch.Tensor | bool,
     ) -> int:
-        """Write a batch of transitions at the ring's position, on the device alone (the position advances there),
+        """Write a batch of transitions at the buffer's position, on the device alone (the position advances there),
         so a captured day replays it; returns their count, which ``commit`` must be given before the next ``sample``.
         ``days`` (E,) broadcast over the agents; a flag may be a Python bool or a 0-dim tensor."""
         values = {
@@ -188,7 +179,7 @@ class ReplayBuffer:
         return count
 
     def commit(self, count: int) -> None:
-        """The host's account of ``count`` transitions ``write`` put in the ring: its position and size."""
+        """The host's account of ``count`` transitions ``write`` put in the buffer: its position and size."""
         self.pos = (self.pos + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
@@ -202,7 +193,7 @@ class ReplayBuffer:
 
     @torch.no_grad()
     def gather(self, index: torch.Tensor) -> ReplayBatch:
-        """The transitions at ring positions ``index`` (P, B), observations rebuilt from the features."""
+        """The transitions at buffer positions ``index`` (P, B), observations rebuilt from the features."""
         s = self.storage
         days = s["days"][index].long()  # (P, B)
         return ReplayBatch(
@@ -217,54 +208,58 @@ class ReplayBuffer:
             next_relatives=with_cash(self.relatives[days + 1]),
         )
 
-    def state_dict(self, storage: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """The filled part of the ring plus its position (as int64 scalars), ready for safetensors.
-
-        ``storage``: a copy of the ring's storage to take the filled part from (a checkpoint's staged copy), instead
-        of the live ring.
-        """
-        storage = self.storage if storage is None else storage
-        out = {key: storage[key][: self.size] for key in self.storage}
-        out["pos"] = torch.tensor(self.pos, dtype=torch.int64)
-        out["size"] = torch.tensor(self.size, dtype=torch.int64)
-        return out
-
-    def checkpoint_groups(self, storage: dict[str, torch.Tensor] | None = None) -> dict[str, dict[str, torch.Tensor]]:
-        """The filled part of the ring as checkpoint tensor groups: ``replay`` (position and size) and ``replay-000``,
-        ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as the ring is filled). ``storage``
-        as for ``state_dict``."""
-        state = self.state_dict(storage)
-        rows = math.ceil(self.capacity / SEGMENTS)
-        groups = {"replay": {"pos": state["pos"], "size": state["size"]}}
-        for index, start in enumerate(range(0, self.size, rows)):
-            groups[f"replay-{index:03d}"] = {key: state[key][start : start + rows] for key in self.storage}
-        return groups
-
-    def load_checkpoint_groups(self, groups: dict[str, dict[str, torch.Tensor]]) -> None:
-        """Load ``checkpoint_groups`` (or a single ``replay`` group holding the whole ring, as checkpoints written
-        before the ring was split into segments do)."""
-        replay = groups["replay"]
-        if "days" in replay:
-            self.load_state_dict(replay)
-            return
-        segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
-        state = {
-            key: torch.cat([segment[key] for segment in segments]) if segments else target[:0]
-            for key, target in self.storage.items()
-        }
-        self.load_state_dict({**state, "pos": replay["pos"], "size": replay["size"]})
+    def state(self) -> ReplayState:
+        """The buffer's contents as one value, referring to the live storage (every row, at full capacity)."""
+        return ReplayState(self.storage, self.pos, self.size)
 
     @torch.no_grad()
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        size, pos = int(state["size"]), int(state["pos"])
-        # A ring that is not full has written 0 .. size - 1 and goes on at size.
+    def load_state_(self, state: ReplayState) -> None:
+        """Copy ``state`` (its storage's first ``size`` rows) into this buffer's storage; the rows after are zeroed.
+
+        Raises:
+            ValueError: the state does not fit this buffer (its capacity, or the shapes of its tensors).
+        """
+        size, pos = int(state.size), int(state.pos)
+        # A buffer that is not full has written 0 .. size - 1 and goes on at size.
         if not (0 <= size <= self.capacity and 0 <= pos < self.capacity and (size == self.capacity or pos == size)):
             raise ValueError(f"replay state (size {size}, pos {pos}) does not fit capacity {self.capacity}")
         for key, target in self.storage.items():
-            value = state[key]
+            value = state.storage[key][:size] if size else target[:0]
             if value.shape != (size, *target.shape[1:]):
                 raise ValueError(f"replay {key}: shape {tuple(value.shape)} does not fit {tuple(target.shape)}")
             target[:size].copy_(value)
             target[size:].zero_()
         self.size, self.pos = size, pos
         self._write_pos.fill_(pos)
+
+
+def checkpoint_groups(state: ReplayState, *, capacity: int) -> dict[str, dict[str, torch.Tensor]]:
+    """The filled part of a buffer of ``capacity`` as checkpoint tensor groups: ``replay`` (position and size) and
+    ``replay-000``, ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as it is filled)."""
+    rows = math.ceil(capacity / SEGMENTS)
+    groups = {
+        "replay": {
+            "pos": torch.tensor(state.pos, dtype=torch.int64),
+            "size": torch.tensor(state.size, dtype=torch.int64),
+        }
+    }
+    for index, start in enumerate(range(0, state.size, rows)):
+        stop = min(start + rows, state.size)
+        groups[f"replay-{index:03d}"] = {key: tensor[start:stop] for key, tensor in state.storage.items()}
+    return groups
+
+
+def from_checkpoint_groups(groups: dict[str, dict[str, torch.Tensor]]) -> ReplayState:
+    """The buffer's contents from ``checkpoint_groups`` (or from a single ``replay`` group holding the whole filled
+    part, as checkpoints written before the buffer was split into segments do).
+
+    Raises:
+        KeyError: a group lacks a tensor.
+    """
+    replay = groups["replay"]
+    pos, size = int(replay["pos"]), int(replay["size"])
+    if "days" in replay:
+        return ReplayState({key: value for key, value in replay.items() if key not in ("pos", "size")}, pos, size)
+    segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
+    storage = {key: torch.cat([segment[key] for segment in segments]) for key in segments[0]} if segments else {}
+    return ReplayState(storage, pos, size)

@@ -47,7 +47,7 @@ from offline.export import (
     rebuild_market,
     run_config,
 )
-from offline.holdout import INDEX, RANGES, RangeResult, evaluate
+from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.inspection import locate
 from offline.overfitting import diagnose, unavailable
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
@@ -157,7 +157,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
         "generation": gen.generation,
         "champion_generation": state.get("champion_generation"),
         "validation_score": state.get("champion_score"),
-        "validation_edge": state["champion_edge"],
+        "validation_bound": state["champion_bound"],
     }
     run_dir = located.run_dir
     default = (run_dir if run_dir is not None else gen.path.parent) / "evaluation" / gen.path.name
@@ -174,8 +174,8 @@ def describe_champion(source: dict[str, Any]) -> str:
             f"{where}: equal weight; no agent's edge over it survived the selection test, "
             f"validation log return {score_text})"
         )
-    edge = source.get("validation_edge")
-    edge_text = "" if edge is None else f", edge lower bound {edge * 100:+.1f}%/y"
+    bound = source.get("validation_bound", source.get("validation_edge"))  # an export of an earlier version
+    edge_text = "" if bound is None else f", edge lower bound {bound * 100:+.1f}%/y"
     generation = source.get("champion_generation")
     return f"{where}, found in generation {generation}, validation log return {score_text}{edge_text})"
 
@@ -398,7 +398,7 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
     with tempfile.TemporaryDirectory(prefix="erl-evaluate-") as scratch:
         champion = load_champion(target, Path(scratch))
     try:
-        results = evaluate(champion.market, champion.config, champion.actor)
+        results = score_champion(champion.market, champion.config, champion.actor)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     overfitting = diagnostics(champion, results)

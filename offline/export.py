@@ -38,7 +38,8 @@ from models.networks import Actor
 from offline.inspection import TARGET_HELP, Located, locate
 from persistence import checkpoint
 from persistence.provenance import market_fingerprint
-from training.runs import load_market
+from persistence.state_document import upgraded
+from training.setup import load_market
 from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
 
@@ -115,7 +116,7 @@ def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], 
     gen = located.gen
     if located.problems:
         raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
-    state = checkpoint.read_document(gen, "state")
+    state = upgraded(checkpoint.read_document(gen, "state"))  # as this version names its keys
     if not isinstance(state, dict):
         raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
     config = run_config(state.get("config"), str(gen.path / "state.json"))

@@ -156,7 +156,7 @@ def run_range(
     )
 
 
-def evaluate(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
+def score_champion(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
     env = config.env
     settings = {"lookback": env.lookback, "cost_rate": env.cost_rate}

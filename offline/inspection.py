@@ -3,7 +3,7 @@
 TARGET is a run folder or one generation's folder (``RUN/gen-000012``). For a run folder the report is about its
 newest *intact* generation: generation folders are checked newest first (manifest, sizes, then every file's
 SHA-256, by streaming) until one passes; the newer ones that failed are listed as broken, the older ones only
-get the cheap completeness check. Everything runs on the CPU and nothing is trained. The replay ring is hashed
+get the cheap completeness check. Everything runs on the CPU and nothing is trained. The replay buffer is hashed
 but never read into memory; of the tensors only ``population.safetensors`` is parsed, after its hash is checked.
 
 Exit status, and what is printed:
@@ -21,7 +21,7 @@ Exit status, and what is printed:
   file is damaged).
 
 Reading goes through ``locate`` (a target → a local generation to read) and ``persistence.checkpoint``'s verified
-readers; a ``gs://`` target is first mirrored into a temporary folder, all but the replay ring, whose size is
+readers; a ``gs://`` target is first mirrored into a temporary folder, all but the replay buffer, whose size is
 checked in the bucket instead.
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from models.replay import holds_the_ring
+from models.replay import holds_the_buffer
 from offline.plots import plot_history
 from persistence import checkpoint, remote
 from persistence.jsonl import finite_or_null
@@ -120,8 +120,8 @@ TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folde
 
 
 def left_in_bucket(name: str) -> bool:
-    """What a gs:// target never downloads: the replay ring's files (nothing inspect or export reports needs them)."""
-    return holds_the_ring(name)
+    """What a gs:// target never downloads: the replay buffer's files (nothing inspect or export reports needs them)."""
+    return holds_the_buffer(name)
 
 
 def locate(target: str | Path, scratch: Path | None = None) -> Located:

@@ -286,7 +286,7 @@ def _files_to_link(
     aside) is written anew, and so is one damaged since it was written (each is hashed again).
 
     This keeps the guarantee whole at the price of linking only what ``keep_last`` generations left unchanged: at
-    the paper shape, about 9 of the replay ring's 16 segments instead of 13 (``BENCHMARKS.md``, Checkpoints).
+    the paper shape, about 9 of the replay buffer's 16 segments instead of 13 (``BENCHMARKS.md``, Checkpoints).
     Linking to the generation two before keeps more, but a file damaged in the oldest kept folder then takes the
     newest down too; a full copy every k generations leaves the ones between sharing; a reflink (``FICLONE``)
     shares disk blocks, so bit rot still hits both copies, and ext4 has none.

@@ -21,7 +21,7 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "generation": (_INT, False),
     "champion_score": (_NUMBER, True),
     "champion_generation": (_INT, False),
-    "champion_edge": (_NUMBER, False),
+    "champion_bound": (_NUMBER, False),
     "actor_optim_steps": (_INT, False),
     "critic_optim_steps": (_INT, False),
     "replay_pos": (_INT, False),
@@ -34,6 +34,17 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
 """Every key the trainer writes and a resume reads, with its type."""
 OPTIONAL_TYPES: dict[str, type] = {"device": dict}
 """Keys that checkpoints of earlier versions lack; when present, they must have this type."""
+RENAMED_KEYS = {"champion_edge": "champion_bound"}
+"""Keys renamed since earlier versions, old name to new (the champion's bound was called its edge)."""
+
+
+def upgraded(state: Any) -> Any:
+    """A state document of an earlier version with its keys renamed as this version names them."""
+    if not isinstance(state, dict):
+        return state
+    return {
+        RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) not in state else key: value for key, value in state.items()
+    }
 
 
 def build_state(**values: Any) -> dict[str, Any]:
@@ -96,7 +107,7 @@ def read_state(files: checkpoint.GenerationFiles) -> dict[str, Any]:
     folder = checkpoint.parse_dirname(files.path.name)
     if folder is not None and folder != files.generation:
         raise CheckpointError(f"{files.path / checkpoint.MANIFEST_NAME} says generation {files.generation}")
-    state = checkpoint.read_document(files, "state")
+    state = upgraded(checkpoint.read_document(files, "state"))
     problem = state_problem(state, files.generation)
     if problem is not None:
         raise CheckpointError(f"{files.path / 'state.json'} {problem}")

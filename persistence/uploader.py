@@ -70,7 +70,7 @@ class UploadSummary:
     there yet when ``flush`` returned (it timed out). ``generations_abandoned`` counts those replaced in the waiting
     slot, given up after a failure for a newer one, or whose local folder vanished; ``files_skipped`` those already in
     the bucket with the same size and MD5; ``files_copied`` those copied inside the bucket from the generation
-    uploaded before, whose file has the same bytes (the replay ring's unchanged segments); ``failures`` the failed
+    uploaded before, whose file has the same bytes (the replay buffer's unchanged segments); ``failures`` the failed
     attempts; ``generations_deleted`` retention's work.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,6 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def market() -> Market:
     return make_market()
+
+
+@pytest.fixture
+def writer_threads() -> Callable[[], list[threading.Thread]]:
+    """The checkpoint writer threads this test started that are still alive (the threads of trainers other tests
+    dropped without closing end when those are collected)."""
+    earlier = {thread for thread in threading.enumerate() if thread.name == "checkpoint-writer"}
+    return lambda: [t for t in threading.enumerate() if t.name == "checkpoint-writer" and t not in earlier]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def deterministic(row: dict) -> dict:
 
 
 def state_digest(run_dir: Path) -> str:
-    """SHA-256 over every tensor of the latest generation (population, replay ring, random streams), in key order."""
+    """SHA-256 over every tensor of the latest generation (population, replay buffer, random streams), in key order."""
     gen = checkpoint.open_generation(run_dir)
     digest = hashlib.sha256()
     suffix = checkpoint.TENSORS_SUFFIX

@@ -14,7 +14,7 @@ from config import override, preset
 from models.ddpg import ddpg_update
 from training.loop import Trainer
 from training.rollout import validate
-from training.runs import load_market
+from training.setup import load_market
 
 
 def small_trainer(tmp_path) -> Trainer:
@@ -24,16 +24,16 @@ def small_trainer(tmp_path) -> Trainer:
 
 def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
     trainer = small_trainer(tmp_path)
-    starts = trainer.validation_starts
-    daily = validate(trainer.population, trainer.validation_env, starts)  # (P + 2, D): agents, champion, EW
+    starts = trainer.validation.starts
+    daily = validate(trainer.population, trainer.validation.env, starts)  # (P + 2, D): agents, champion, EW
     agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
     env = trainer.config.env
     totals = run_episodes(
         agents,
         trainer.market,
-        trainer.train_env.gatherer,
+        trainer.rollouts.env.gatherer,
         [int(day) for day in starts],
-        episode_days=trainer.validation_env.episode_days,
+        episode_days=trainer.validation.env.episode_days,
         cost_rate=env.cost_rate,
     )
     torch.testing.assert_close(totals.sum(dim=1), daily[:-2].sum(dim=1), rtol=1e-4, atol=1e-5)

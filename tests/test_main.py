@@ -53,7 +53,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
         ],
         (["--set", "checkpoint.run_name=../escaped"], ["checkpoint.run_name"]),
         (["--resume", "--run-name", "../escaped"], ["checkpoint.run_name"]),
-        (["--set", "ddpg.buffer_size=100000000000000"], ["needs at least", "replay ring", "ddpg.buffer_size"]),
+        (["--set", "ddpg.buffer_size=100000000000000"], ["needs at least", "replay buffer", "ddpg.buffer_size"]),
         (["--population", "100000000000"], ["needs at least", "evolution.popsize"]),
         (["--set", "model.encoder_hidden=1000000000"], ["needs at least", "model.encoder_hidden"]),
         (["--set", "rollout.episodes=100000000000"], ["needs at least", "rollout.episodes"]),

@@ -104,8 +104,8 @@ class Donors(NamedTuple):
     """One per tensor the plan is applied to, in the same order."""
     row_of: torch.Tensor
     """(P,) long, on the tables' device: -1 for a slot that is neither held nor fetched."""
-    held: range
-    """The slots whose rows the tensors hold (row ``s - held.start`` is slot ``s``)."""
+    local_slots: range
+    """The slots whose rows the tensors hold (row ``s - local_slots.start`` is slot ``s``)."""
 
     @classmethod
     def local(cls, tensors: list[torch.Tensor]) -> Donors:
@@ -116,7 +116,7 @@ class Donors(NamedTuple):
     def offspring(self, plan: EvolutionPlan) -> torch.Tensor:
         """The offspring slots held here."""
         slots = plan.offspring
-        return slots[(slots >= self.held.start) & (slots < self.held.stop)]
+        return slots[(slots >= self.local_slots.start) & (slots < self.local_slots.stop)]
 
 
 def slots_to_fetch(plan: EvolutionPlan, blocks: list[range], *, mates: bool = True) -> list[list[int]]:
@@ -142,7 +142,7 @@ def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors:
         return
     parents = donors.row_of[plan.parents[slots]]
     for tensor, table in zip(tensors, donors.tables):
-        tensor.index_copy_(0, slots - donors.held.start, table[parents])
+        tensor.index_copy_(0, slots - donors.local_slots.start, table[parents])
 
 
 @torch.no_grad()
@@ -157,7 +157,7 @@ def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors 
         parent = table[parents]
         weight = blend.to(tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
         child = torch.where(weight == 1, parent, torch.lerp(table[mates], parent, weight))
-        tensor.index_copy_(0, slots - donors.held.start, child)
+        tensor.index_copy_(0, slots - donors.local_slots.start, child)
 
 
 @torch.no_grad()
@@ -168,16 +168,16 @@ def mutate_(
     fraction: float,
     stdev: float,
     generator: torch.Generator,
-    held: range | None = None,
+    local_slots: range | None = None,
 ) -> None:
     """Add N(0, stdev) noise to a random ``fraction`` of the entries of the slots where ``slots`` (P,) is
     True; every other entry keeps its exact bits. Draws for every slot, so the generator advances the
-    same way whoever is mutated; with ``held`` (the tensors hold only those slots) the draws are still made
-    for all P and the held rows kept, so a slot's mutation does not depend on how the population is split.
+    same way whoever is mutated; with ``local_slots`` (the tensors hold only those slots) the draws are still made
+    for all P and the rows of ``local_slots`` kept, so a slot's mutation does not depend on how the population is split.
     The noise is drawn where the tensors live: ``generator`` is on their device."""
     popsize = slots.numel()
-    held = range(popsize) if held is None else held
-    rows = slice(held.start, held.stop)
+    local_slots = range(popsize) if local_slots is None else local_slots
+    rows = slice(local_slots.start, local_slots.stop)
     chosen_slots = slots[rows]
     for tensor in tensors:
         shape = (popsize, *tensor.shape[1:])
@@ -209,7 +209,7 @@ def evolve_(
     place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
     population sharded, the rows of donors held by other processes are fetched first: every tensor of the parents
     but the actor target in one all-to-all, the actors of parents and mates in another."""
-    held = population.slots
+    local_slots = population.slots
     tensors = population.agent_tensors()
     actor_keys, parent_keys = inherited_keys(tensors)
     actor_tensors = [tensors[k] for k in actor_keys]
@@ -226,10 +226,10 @@ def evolve_(
         fetched = sharding.fetch_rows(group, needs)
         mine = needs[sharding.ranks.rank]
         row_of = torch.full((population.popsize,), -1, dtype=torch.long)
-        row_of[held.start : held.stop] = torch.arange(len(held))
-        row_of[mine] = len(held) + torch.arange(len(mine))
+        row_of[local_slots.start : local_slots.stop] = torch.arange(len(local_slots))
+        row_of[mine] = len(local_slots) + torch.arange(len(mine))
         tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
-        return Donors(tables, row_of.to(population.device), held)
+        return Donors(tables, row_of.to(population.device), local_slots)
 
     copy_from_parents_(parent_tensors, device_plan, donors_of(parent_tensors, mates=False))
     actor_donors = donors_of(actor_tensors, mates=True)
@@ -240,9 +240,9 @@ def evolve_(
         fraction=mutation_fraction,
         stdev=mutation_stdev,
         generator=generator,
-        held=held,
+        local_slots=local_slots,
     )
     # Each offspring's actor target restarts from its new actor.
-    slots = actor_donors.offspring(device_plan) - held.start
+    slots = actor_donors.offspring(device_plan) - local_slots.start
     for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
         target.index_copy_(0, slots, source[slots])

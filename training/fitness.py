@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from config import Config, FitnessName
@@ -33,23 +35,28 @@ def fitness(returns_per_episode: torch.Tensor, *, kind: FitnessName, worst_k: in
     raise ValueError(f"unknown fitness {kind!r}")
 
 
-def split_training_days(
-    train: range, *, lookback: int, episode_days: int, every: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+class TrainingWindows(NamedTuple):
+    """Decision days on which a rollout's window may start (int64), by what the window is for."""
+
+    learning: torch.Tensor
+    """Starts of the learning windows: their transitions fill the replay buffer."""
+    fitness: torch.Tensor
+    """Starts of the fitness windows: noise-free episodes whose returns make the fitness."""
+
+
+def split_training_days(train: range, *, lookback: int, episode_days: int, every: int) -> TrainingWindows:
     """Start days of the learning windows and of the fitness windows on the training range.
 
     With ``every`` > 0 the training range is cut into blocks of ``episode_days`` days and every ``every``-th block
     is a fitness block: fitness episodes trade exactly such a block, and no learning window (whose transitions
-    fill the replay ring) decides on any of its days. Evolution then selects on days no gradient has fitted, so an
+    fill the replay buffer) decides on any of its days. Evolution then selects on days no gradient has fitted, so an
     agent that memorises its training days is not rewarded for it. ``every`` = 0: both are every start day.
 
-    Returns:
-        (learning_starts, fitness_starts): int64 decision days on which a window may start.
     """
     starts = episode_starts(train, lookback=lookback, episode_days=episode_days)
     every_start = torch.arange(starts.start, starts.stop)
     if every == 0:
-        return every_start, every_start
+        return TrainingWindows(every_start, every_start)
     fitness_decisions = torch.zeros(train.stop + 1, dtype=torch.bool)  # by day
     fitness_starts = []
     for first in range(train.start + (every - 1) * episode_days, train.stop - episode_days + 1, every * episode_days):
@@ -60,15 +67,15 @@ def split_training_days(
     # A learning window decides on days start .. start + episode_days - 1: none of them may be a fitness decision.
     seen = torch.cat([torch.zeros(1, dtype=torch.long), fitness_decisions.long().cumsum(0)])
     clear = (seen[every_start + episode_days] - seen[every_start]) == 0
-    learning_starts = every_start[clear]
-    if not fitness_starts or len(learning_starts) == 0:
+    learning = every_start[clear]
+    if not fitness_starts or len(learning) == 0:
         raise ValueError(
             f"{len(train)} training days are too few to set aside every {every}th block of {episode_days} days"
         )
-    return learning_starts, torch.tensor(fitness_starts)
+    return TrainingWindows(learning, torch.tensor(fitness_starts))
 
 
-def training_windows(config: Config, market: Market) -> tuple[torch.Tensor, torch.Tensor]:
+def training_windows(config: Config, market: Market) -> TrainingWindows:
     """``split_training_days`` for a run's config and market: the fitness blocks when the config asks for them and
     has noise-free and exploring episodes to give them to, else every start day for both.
 

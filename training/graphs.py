@@ -9,11 +9,11 @@ replays it for every call after, each replay the same kernels on the same memory
 What a step must be for that (the rollout's and validation's days and the update are written so):
 
 * device work only: no host synchronisation and no Python decision on a device value (``.item()``, ``if t:``), and
-  nothing the host counts (the ring's size, a day number) changed inside; the host's part goes around the call;
-* every tensor it reads or writes outlives the graph (parameters, optimiser states, the ring, the environments'
+  nothing the host counts (the buffer's size, a day number) changed inside; the host's part goes around the call;
+* every tensor it reads or writes outlives the graph (parameters, optimiser states, the buffer, the environments'
   state and histories, the loss sums); what it allocates lives in the graph's memory pool and is overwritten by the
   next replay;
-* every Python value it reads (a shape, a config constant, the ring's size a draw is bounded by) is baked into the
+* every Python value it reads (a shape, a config constant, the buffer's size a draw is bounded by) is baked into the
   graph: a step whose such value changes is ``invalidate``d and captured again;
 * its random draws come from the run's device generators, registered with the graph, so each replay draws what the
   eager call would have drawn, and reseeding a generator between replays is seen.

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from training.selection import t_statistics
+from training.selection import Champion, ValidationReturns, t_statistics
 from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
 
 MEASURED_KEYS = frozenset(
@@ -72,33 +72,37 @@ class Scores(NamedTuple):
 
     fitness: torch.Tensor
     """(P,) training fitness."""
-    edges: torch.Tensor
-    """(P + 1,) edge bounds over equal weight of the agents and the champion (``training.selection``)."""
-    totals: torch.Tensor
-    """(P + 2,) validation log returns of the agents, the champion and equal weight."""
+    returns: ValidationReturns
+    """Daily validation log returns of the agents, the champion and equal weight."""
     z: float
-    """The critical t these edges were measured with (``training.selection``)."""
-    excess: torch.Tensor
-    """(P, D) float64 daily validation excess log returns of the agents over equal weight."""
+    """The critical t the bounds were measured with (``training.selection``)."""
+    edges: torch.Tensor
+    """(P + 1,) annualised edges over equal weight of the agents and the champion (``training.selection.edges``)."""
+    bounds: torch.Tensor
+    """(P + 1,) their lower bounds at ``z``: positive for a proven edge (``training.selection.edge_bounds``)."""
 
 
 def generation_row(
     generation: int,
     scores: Scores,
     *,
-    champion: dict[str, Any],
+    champion: Champion,
+    champion_edge: float,
     elites: list[int],
     losses: torch.Tensor,
     updates: int,
     buffer_size: int,
     env_steps: int,
     durations: dict[str, float],
-    telemetry: dict[str, int],
+    telemetry: dict[str, int | None],
 ) -> dict[str, Any]:
-    """The metrics row of ``generation``: ``champion`` holds ``champion_score``, ``champion_edge`` and
-    ``champion_generation``; ``losses`` is (2, P), critic then actor, each agent's mean over the updates."""
+    """The metrics row of ``generation``: ``champion`` after this generation's look, with ``champion_edge``, its edge
+    on this generation's days; ``losses`` is (2, P), critic then actor, each agent's mean over the updates."""
     popsize = len(scores.fitness)
-    validation = scores.totals[:popsize]
+    totals = scores.returns.totals
+    validation = totals[:popsize]
+    best = int(scores.edges[:popsize].argmax())  # the agent with the highest validation return
+    excess = scores.returns.excess
     row: dict[str, Any] = {
         "generation": generation,
         "best_fitness": float(scores.fitness.max()),
@@ -106,16 +110,21 @@ def generation_row(
         "worst_fitness": float(scores.fitness.min()),
         "validation_best": float(validation.max()),
         "validation_mean": float(validation.mean()),
-        "validation_equal_weight": float(scores.totals[popsize + 1]),
-        "edge_best": float(scores.edges[:popsize].max()),
+        "validation_equal_weight": float(totals[-1]),
+        "best_edge": float(scores.edges[best]),
+        "best_edge_needed": float(scores.edges[best] - scores.bounds[best]),  # the edge that would prove it
+        "best_bound": float(scores.bounds[:popsize].max()),
         "selection_z": scores.z,
         # Every candidate's evidence, for the overfitting diagnostics of evaluate and backtest
         # (offline.overfitting): daily excess Sharpe, and mean excess in 16 blocks of the validation days.
-        "validation_sharpe": [float(x) for x in t_statistics(scores.excess) / math.sqrt(scores.excess.shape[1])],
-        "validation_blocks": [[float(x) for x in agent] for agent in block_means(scores.excess.numpy())]
-        if scores.excess.shape[1] >= BLOCKS
+        "validation_sharpe": [float(x) for x in t_statistics(excess) / math.sqrt(excess.shape[1])],
+        "validation_blocks": [[float(x) for x in agent] for agent in block_means(excess.numpy())]
+        if excess.shape[1] >= BLOCKS
         else None,
-        **champion,
+        "champion_score": champion.score,
+        "champion_edge": champion_edge,
+        "champion_bound": champion.bound,
+        "champion_generation": champion.generation,
         "elites": elites,
         "critic_loss": float(losses[0].mean()),
         "actor_loss": float(losses[1].mean()),
@@ -145,5 +154,11 @@ def format_line(row: dict[str, Any], *, generations: int, buffer_capacity: int) 
 
 def _champion_label(row: dict[str, Any]) -> str:
     if not row["champion_generation"]:
-        return f"(equal weight; best edge {row['edge_best'] * 100:+.1f}%/y)"
-    return f"(gen {row['champion_generation']}, edge {row['champion_edge'] * 100:+.1f}%/y)"
+        return (
+            f"(equal weight; best agent's edge {row['best_edge'] * 100:+.1f}%/y, "
+            f"proven above {row['best_edge_needed'] * 100:+.1f}%/y)"
+        )
+    return (
+        f"(gen {row['champion_generation']}; edge {row['champion_edge'] * 100:+.1f}%/y, "
+        f"bound {row['champion_bound'] * 100:+.1f}%/y)"
+    )

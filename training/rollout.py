@@ -1,8 +1,8 @@
-"""Running policies in the vectorised environment: training rollouts and validation.
+"""Running policies in the vectorised environment: the rollout phase (``Rollouts``) and validation (``Validation``).
 
 Each is a loop over the days of its windows. A day (``rollout_day``, ``validation_day``) is device work alone, on
-tensors that live as long as the run, so the trainer can capture it once and replay it as a CUDA graph
-(``training.graphs``); the host's part of a day (the ring's count) stays in the loop.
+tensors that live as long as the run, so it can be captured once and replayed as a CUDA graph (``training.graphs``);
+the host's part of a day (the replay buffer's count) stays in the loop (``collect``, ``validate``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ from collections.abc import Callable
 
 import torch
 
+from config import Config
+from environment.market import Market
 from environment.vector_env import Step, VectorPortfolioEnv
 from models.population import Population
 from models.replay import ReplayBuffer
+from training.fitness import episode_returns, fitness, training_windows
+from training.graphs import GraphedStep
 from training.sharding import Sharding
 
 
@@ -40,7 +44,7 @@ def rollout_day(
     transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the others are fitness windows that
     no gradient may see), through ``share``: with the population sharded over processes it returns every rank's
     transitions of the step (``SharedSteps``). The caller commits ``population.popsize * stored_episodes``
-    transitions to the ring after each day."""
+    transitions to the buffer after each day."""
     logits = population.actor.logits(env.windows.unsqueeze(0), env.weights)  # (P, E, N + 1)
     # Drawn for the whole population, each process keeping its slots' rows: a slot's noise is the same however the
     # population is split.
@@ -145,7 +149,7 @@ def validate(
 
 
 class SharedSteps:
-    """Every rank's transitions of a step, for the replay ring that every rank holds whole: one gather per step
+    """Every rank's transitions of a step, for the replay buffer that every rank holds whole: one gather per step
     into buffers allocated once.
 
     Args:
@@ -175,3 +179,115 @@ class SharedSteps:
             next_weights=gathered[..., 2 * n1 : 3 * n1],
             rewards=gathered[..., 3 * n1],
         )
+
+
+class Rollouts:
+    """The rollout phase of a run: every agent held here on E training windows in lockstep, the first
+    ``stored_episodes`` with exploration noise and into the replay buffer, the rest noise-free on fitness windows
+    (``training.fitness``); built once, its day graphed with ``runtime.cuda_graphs`` (``training.graphs``).
+
+    Args:
+        config: the run's config.
+        market: the run's market.
+        population, buffer: the run's.
+        generators: the run's random streams (``episodes`` draws the windows, ``exploration`` the noise).
+        sharding: the slots held here; with several processes each day's transitions are exchanged.
+        graphs: replay the day as a CUDA graph (on CUDA, one process).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        market: Market,
+        population: Population,
+        buffer: ReplayBuffer,
+        *,
+        generators: dict[str, torch.Generator],
+        sharding: Sharding,
+        graphs: bool,
+    ) -> None:
+        rollout, evolution = config.rollout, config.evolution
+        self.population, self.buffer = population, buffer
+        self.env = VectorPortfolioEnv(
+            market,
+            num_agents=len(sharding.slots),
+            num_episodes=rollout.episodes,
+            episode_days=config.env.episode_days,
+            lookback=config.env.lookback,
+            cost_rate=config.env.cost_rate,
+        )
+        # Learning windows fill the replay buffer; fitness windows trade days it never holds (training.fitness).
+        self.windows = training_windows(config, market)
+        self.stored_episodes = rollout.exploring_episodes if rollout.splits_fitness_days else rollout.episodes
+        self.exploring = torch.arange(rollout.episodes, device=market.device) < rollout.exploring_episodes  # (E,)
+        self.fitness_episodes = slice(rollout.episodes - rollout.fitness_episodes, None)  # the noise-free ones
+        self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
+        self.share = SharedSteps(sharding, num_episodes=rollout.episodes, num_assets=market.num_assets)
+        self.episodes_generator = generators["episodes"]
+        exploration = generators["exploration"]
+        self.exploration_generator = exploration
+        day = functools.partial(
+            rollout_day,
+            population,
+            self.env,
+            buffer,
+            noise_scale=exploration_scale(population, self.exploring),
+            stored_episodes=self.stored_episodes,
+            generator=exploration,
+            share=self.share,
+        )
+        self.day = GraphedStep(day, device=market.device, enabled=graphs, generators=[exploration])
+
+    def sample_starts(self) -> torch.Tensor:
+        """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning windows, the rest from
+        the fitness windows."""
+        episodes, stored = self.exploring.numel(), self.stored_episodes
+        learning, fitness_windows = self.windows.learning, self.windows.fitness
+        generator = self.episodes_generator
+        picks = learning[torch.randint(len(learning), (stored,), generator=generator)]
+        others = fitness_windows[torch.randint(len(fitness_windows), (episodes - stored,), generator=generator)]
+        return torch.cat([picks, others]).to(self.env.market.device)
+
+    def run(self, start_days: torch.Tensor) -> torch.Tensor:
+        """Every window from ``start_days``; (P, E, D) per-day rewards of the agents held here (the environment's
+        history, valid until its next reset)."""
+        return collect(
+            self.population,
+            self.env,
+            start_days,
+            exploring=self.exploring,
+            buffer=self.buffer,
+            stored_episodes=self.stored_episodes,
+            generator=self.exploration_generator,
+            share=self.share,
+            day=self.day,
+        )
+
+    def fitness_of(self, rewards: torch.Tensor) -> torch.Tensor:
+        """(P, E, D) rewards -> (P,) fitness of the agents held here, from the noise-free episodes."""
+        returns_per_episode = episode_returns(rewards)  # (P, E)
+        return fitness(returns_per_episode[:, self.fitness_episodes], kind=self.fitness_kind, worst_k=self.worst_k)
+
+
+class Validation:
+    """Validation of a run: the agents held here, the champion and equal weight on the whole validation range as one
+    episode from cash; built once, its day graphed with ``runtime.cuda_graphs`` (``training.graphs``)."""
+
+    def __init__(self, config: Config, market: Market, population: Population, *, sharding: Sharding, graphs: bool):
+        self.population = population
+        validation = market.splits.validation
+        self.starts = torch.tensor([validation.start - 1], device=market.device)  # (1,) decides at the close before
+        self.env = VectorPortfolioEnv(
+            market,
+            num_agents=len(sharding.slots) + 2,
+            num_episodes=1,
+            episode_days=len(validation),
+            lookback=config.env.lookback,
+            cost_rate=config.env.cost_rate,
+        )
+        day = functools.partial(validation_day, population, self.env, equal_weights(self.env))
+        self.day = GraphedStep(day, device=market.device, enabled=graphs)
+
+    def run(self) -> torch.Tensor:
+        """(P + 2, D) daily log returns of the agents held here, the champion and equal weight, on the device."""
+        return validate(self.population, self.env, self.starts, day=self.day)

@@ -1,7 +1,8 @@
-"""Runs on disk: start a new one, find the most recent, resume it.
+"""Runs on disk: start a new one, find the most recent, resume it, or either (a pod's start command).
 
-Everything that can be wrong with the input (config, data, checkpoint location) is checked before
-anything is written.
+Everything that can be wrong with the input (config, data, checkpoint location) is checked before anything is
+written. Which generation a resumed run continues from, past damaged ones, is ``persistence.recovery``'s to say; the
+run's device and market come from ``training.setup``.
 """
 
 from __future__ import annotations
@@ -11,26 +12,26 @@ import dataclasses
 import datetime
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from config import Config, override
-from environment.data import PriceTable, load_prices
-from environment.features import build_market
+from config import Config, dotted, override
 from environment.market import Market
-from persistence import checkpoint, remote
+from persistence import checkpoint, recovery, remote
 from persistence.gcs import open_storage
 from persistence.provenance import describe_device, device_change_note
 from persistence.state_document import read_state
 from persistence.storage import Storage, parse_uri
 from persistence.uploader import CheckpointUploader
 from training.loop import Trainer
+from training.setup import load_market, resolve_device
 from training.sharding import Ranks, Sharding
 from training.sizing import check_memory
-from utils.errors import CheckpointError, ConfigError, one_line
+from utils.errors import CheckpointError, ConfigError
+from utils.paths import file_in_the_way
 
 RESUMABLE_CHANGES = frozenset(
     {
@@ -43,49 +44,6 @@ RESUMABLE_CHANGES = frozenset(
     }
 )
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""
-
-
-def resolve_device(name: str, ranks: Ranks | None = None) -> torch.device:
-    """The training device ``runtime.device`` names; with several processes on a GPU pod, each its own GPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("runtime.device is cuda but no CUDA device is available (use --device cpu or auto)")
-    if name == "cuda" and ranks is not None and ranks.distributed:
-        if ranks.local_rank >= torch.cuda.device_count():
-            raise ConfigError(
-                f"process {ranks.rank} has local rank {ranks.local_rank} but this node has "
-                f"{torch.cuda.device_count()} GPUs: start at most one process per GPU"
-            )
-        torch.cuda.set_device(ranks.local_rank)
-        return torch.device("cuda", ranks.local_rank)
-    return torch.device(name)
-
-
-def load_table(config: Config) -> PriceTable:
-    """The price table ``config.data`` selects."""
-    data = config.data
-    return load_prices(
-        data.path or None,
-        tickers=data.tickers,
-        start=data.start,
-        end=data.end,
-        max_fill_days=data.max_fill_days,
-        max_assets=data.max_assets,
-    )
-
-
-def load_market(config: Config, device: torch.device) -> Market:
-    data = config.data
-    return build_market(
-        load_table(config),
-        lookback=config.env.lookback,
-        episode_days=config.env.episode_days,
-        validation_days=data.validation_days,
-        holdout_days=data.holdout_days,
-        gap_days=data.gap_days,
-        device=device,
-    )
 
 
 @dataclasses.dataclass
@@ -129,25 +87,38 @@ def open_location(config: Config) -> tuple[Path, Storage | None]:
 
 def _local_folder(path: Path, flag: str) -> Path:
     """``path`` when it is, or can become, a folder: it and every existing parent are folders."""
-    for place in (path, *path.parents):
-        if place.exists() or place.is_symlink():
-            if not place.is_dir():
-                raise ConfigError(f"{flag} {path}: {place} is a file, not a folder; choose a folder for the runs")
-            break
+    place = file_in_the_way(path)
+    if place is not None:
+        raise ConfigError(f"{flag} {path}: {place} is a file, not a folder; choose a folder for the runs")
     return path
 
 
-def _attach_uploader(run: Run, storage: Storage | None, log: Callable[[str], None]) -> Run:
+def _run(
+    config: Config,
+    market: Market,
+    run_dir: Path,
+    storage: Storage | None,
+    sharding: Sharding,
+    *,
+    log: Callable[[str], None],
+    should_stop: Callable[[], bool],
+) -> Run:
+    """The trainer of a run and, for a bucket, the uploader its checkpoints go to as they are committed."""
+    uploader = None
     if storage is not None:
-        run.uploader = CheckpointUploader(
-            storage,
-            run.trainer.run_dir,
-            run.config.checkpoint.run_name,
-            keep_last=run.config.checkpoint.keep_last,
-            log=log,
+        uploader = CheckpointUploader(
+            storage, run_dir, config.checkpoint.run_name, keep_last=config.checkpoint.keep_last, log=log
         )
-        run.trainer.checkpoints.on_checkpoint = run.uploader.submit
-    return run
+    trainer = Trainer(
+        config,
+        market,
+        run_dir,
+        log=log,
+        should_stop=should_stop,
+        on_checkpoint=None if uploader is None else uploader.submit,
+        sharding=sharding,
+    )
+    return Run(trainer, config, uploader)
 
 
 def start_run(
@@ -186,9 +157,9 @@ def _new_run(config: Config) -> tuple[Config, Path, Storage | None]:
         raise ConfigError(f"{run_dir} is not a run folder (a file or a link); choose another --run-name")
     # A start killed while writing config.json leaves only its temporary: the folder holds nothing yet.
     if run_dir.is_dir() and any(not checkpoint.is_leftover(entry.name) for entry in run_dir.iterdir()):
-        if _has_checkpoint(run_dir):
+        if recovery.has_checkpoint(run_dir):
             raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
-        _refuse_unusable_folders(run_dir)
+        recovery.refuse_unusable_folders(run_dir)
         _check_same_settings(_read_config_file(run_dir / "config.json", str(run_dir)), config, str(run_dir))
     if storage is not None and remote.latest_in_bucket(storage, name) is not None:
         raise ConfigError(f"{storage.uri}/{name} already exists in the bucket; use --resume or another --run-name")
@@ -222,7 +193,7 @@ def resume_or_start(
         root, storage = open_location(config)
         run_dir = root / config.checkpoint.run_name
         in_bucket = storage is not None and remote.latest_in_bucket(storage, config.checkpoint.run_name) is not None
-        return {"resume": in_bucket or (run_dir.is_dir() and _has_checkpoint(run_dir))}
+        return {"resume": in_bucket or (run_dir.is_dir() and recovery.has_checkpoint(run_dir))}
 
     if ranks.from_leader(decide)["resume"]:
         return resume_run(config, explicit, log=log, should_stop=should_stop, fall_back=fall_back, ranks=ranks)
@@ -245,11 +216,11 @@ def _begin(
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
         checkpoint.write_file_atomically(run_dir / "config.json", (config.to_json() + "\n").encode())
-    trainer = Trainer(config, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
+    run = _run(config, market, run_dir, storage, sharding, log=log, should_stop=should_stop)
     name = config.checkpoint.run_name
     where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
     log(f"{verb} {where} | {market.num_assets} assets x {market.num_days} days | device {_describe(device, ranks)}")
-    return _attach_uploader(Run(trainer, config), storage, log)
+    return run
 
 
 def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:
@@ -265,13 +236,6 @@ def _describe(device: torch.device, ranks: Ranks) -> str:
     if not ranks.distributed:
         return str(device)
     return f"{device.type} x {ranks.world_size} processes (torch.distributed)"
-
-
-def _has_checkpoint(run_dir: Path) -> bool:
-    """A complete generation, or a generation folder with a manifest (a damaged one is reported by --resume)."""
-    if checkpoint.complete_generations(run_dir):
-        return True
-    return any((folder / checkpoint.MANIFEST_NAME).exists() for _, folder in checkpoint.generation_folders(run_dir))
 
 
 def _read_config_file(path: Path, where: str) -> Config:
@@ -293,7 +257,7 @@ def _parse_config(data: bytes, where: str) -> Config:
 
 def _check_same_settings(stored: Config, wanted: Config, where: str) -> None:
     """A run folder without a checkpoint is reused only by a start with the settings it was created with."""
-    before, after = _flat(stored), _flat(wanted)
+    before, after = dotted(stored.to_dict()), dotted(wanted.to_dict())
     for key in sorted(before):
         if key.startswith("checkpoint.") or key in RESUMABLE_CHANGES:
             continue
@@ -302,10 +266,6 @@ def _check_same_settings(stored: Config, wanted: Config, where: str) -> None:
                 f"{where} was started with other settings and has no checkpoint yet: {key} is {before[key]!r} there, "
                 f"not {after[key]!r}; start it with the same settings or choose another --run-name"
             )
-
-
-def _flat(config: Config) -> dict[str, Any]:
-    return {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
 
 
 def find_run(root: Path, run_name: str = "") -> Path:
@@ -374,16 +334,16 @@ def resume_run(
     if generation is None:  # stopped before its first checkpoint
         return _begin(resumed, run_dir, storage, log=log, should_stop=should_stop, verb="run", ranks=ranks)
     device, market, sharding = _prepare(resumed, ranks)
-    trainer = Trainer(resumed, market, run_dir, log=log, should_stop=should_stop, sharding=sharding)
-    with _offering_earlier(run_dir, generation) if ranks.is_leader else contextlib.nullcontext():
-        trainer.checkpoints.restore(files)
+    run = _run(resumed, market, run_dir, storage, sharding, log=log, should_stop=should_stop)
+    trainer = run.trainer
+    with recovery.offering_earlier(run_dir, generation) if ranks.is_leader else contextlib.nullcontext():
+        trainer.load_state_(trainer.checkpoints.restore(files, gated=trainer.gate is not None))
     log(f"resumed {run_dir} at generation {trainer.generation} | device {_describe(device, ranks)}")
     note = device_change_note(trainer.checkpoints.restored_device, describe_device(device))
     if note is not None:
         log(note)
-    run = _attach_uploader(Run(trainer, resumed), storage, log)
     if run.uploader is not None and decided["upload"]:  # the bucket lacks the generation the run continues from
-        run.uploader.submit(generation, protect={trainer.champion_generation})
+        run.uploader.submit(generation, protect={trainer.champion.generation})
     return run
 
 
@@ -400,7 +360,7 @@ def _find_checkpoint(
         if name:  # the bucket is the truth for a pod that may have lost its disk
             remote.pull_config(storage, name, root / name)
     run_dir = find_run(root, name)
-    found = _find_generation(run_dir, storage, resume_from)
+    found = recovery.find_generation(run_dir, storage, resume_from)
     if found.generation is None and not found.damaged and resume_from is None:
         # Stopped before its first checkpoint: nothing was lost, so start it again with its own settings.
         saved = _read_config_file(run_dir / "config.json", str(run_dir))
@@ -410,8 +370,8 @@ def _find_checkpoint(
         return run_dir, storage, None, None, restarted, False
     generation = found.generation
     try:  # every check before anything is set aside or moved
-        _refuse_unless_continuable(run_dir, storage, found, resume_from, fall_back)
-        with _offering_earlier(run_dir, generation):
+        recovery.refuse_unless_continuable(run_dir, storage, found, resume_from, fall_back)
+        with recovery.offering_earlier(run_dir, generation):
             files = checkpoint.open_generation(found.staged or run_dir / checkpoint.generation_dirname(generation))
             state = read_state(files)
             try:  # the config the run had at this generation (an earlier resume may have extended it)
@@ -423,7 +383,7 @@ def _find_checkpoint(
         if found.staged is not None:
             shutil.rmtree(found.staged, ignore_errors=True)
         raise
-    _pass_over(run_dir, storage, found, resume_from, log)
+    recovery.pass_over(run_dir, storage, found, resume_from, log)
     files = checkpoint.open_generation(run_dir, generation)  # in its place now
     resumed = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
     return run_dir, storage, generation, files, resumed, storage is not None and generation not in found.bucket_complete
@@ -442,188 +402,16 @@ def _check_explicit(saved: Config, explicit: dict[str, Any], run_dir: Path) -> N
             )
 
 
-@dataclasses.dataclass(frozen=True)
-class _Damage:
-    """A generation folder that cannot be used: ``where`` is its local path or its location in the bucket."""
-
-    generation: int
-    where: str
-    problem: str
-    in_bucket: bool
-
-
-@dataclasses.dataclass
-class _Found:
-    """What ``_find_generation`` found: the generation to continue from (None: none), the damaged folders newer than
-    it (newest first), the folder the generation was downloaded into (None: it is here) and the bucket's state."""
-
-    generation: int | None = None
-    damaged: list[_Damage] = dataclasses.field(default_factory=list)
-    staged: Path | None = None
-    bucket_latest: int | None = None
-    bucket_complete: set[int] = dataclasses.field(default_factory=set)
-
-
-def _find_generation(run_dir: Path, storage: Storage | None, wanted: int | None) -> _Found:
-    """The generation to continue from: ``wanted``, or the newest of those ``LATEST`` names here and in the bucket,
-    else the next older one, until one verifies; each is looked for here first, then downloaded from the bucket.
-
-    Every generation folder newer than it that does not verify is damaged: a manifest its files no longer match, or
-    no manifest at all (the writer renames a folder into place only with its manifest inside, so it was damaged
-    after the fact or copied in part). An intact folder newer than ``LATEST`` (a crash before ``LATEST`` moved) is
-    no damage; it is written again. Nothing is changed: a download waits in a staging folder for ``_pass_over``.
-    """
-    found = _Found()
-    local = dict(checkpoint.generation_folders(run_dir))
-    if storage is not None:
-        found.bucket_latest = remote.latest_in_bucket(storage, run_dir.name)
-    if found.bucket_latest is not None:  # folders past the bucket's LATEST are uploads in progress, not candidates
-        found.bucket_complete = {
-            g
-            for g, names in remote.generation_folders(storage, run_dir.name).items()
-            if g <= found.bucket_latest and checkpoint.MANIFEST_NAME in names
-        }
-    pointers = [g for g in (checkpoint.latest_generation(run_dir), found.bucket_latest) if g is not None]
-    newest = max(pointers, default=-1)
-
-    def damaged_here(generation: int) -> bool:
-        problems = checkpoint.verify_generation(local[generation])
-        if problems:
-            found.damaged.append(_Damage(generation, str(local[generation]), problems[0], in_bucket=False))
-        return bool(problems)
-
-    for generation in sorted((g for g in local if g > newest and g != wanted), reverse=True):
-        damaged_here(generation)
-    candidates = {g for g in local if g <= newest or g == wanted} | found.bucket_complete
-    if found.bucket_latest is not None:
-        candidates.add(found.bucket_latest)
-    for generation in sorted(candidates, reverse=True):
-        if wanted is not None and generation != wanted:
-            if generation > wanted and generation in local:
-                damaged_here(generation)
-            continue
-        if generation in local and not damaged_here(generation):
-            found.generation = generation
-            return found
-        if generation in found.bucket_complete or generation == found.bucket_latest:
-            try:
-                found.staged = remote.download_generation(storage, run_dir.name, generation, run_dir)
-            except CheckpointError as error:
-                where = f"{storage.uri}/{run_dir.name}/{checkpoint.generation_dirname(generation)}"
-                found.damaged.append(_Damage(generation, where, str(error), in_bucket=True))
-                found.bucket_complete.discard(generation)
-            else:
-                found.generation = generation
-                return found
-    return found
-
-
-def _refuse_unless_continuable(
-    run_dir: Path, storage: Storage | None, found: _Found, wanted: int | None, fall_back: bool
-) -> None:
-    """A CheckpointError saying what to do when ``found`` names no generation, or passes over damaged folders that
-    neither ``--fall-back`` nor ``--resume-from`` allows it to set aside."""
-    damaged = found.damaged
-    if found.generation is None:
-        if wanted is not None:
-            if damaged and damaged[-1].generation == wanted:
-                earlier = checkpoint.newest_intact(run_dir, before=wanted)
-                raise CheckpointError(f"{damaged[-1].problem}; {_offer(earlier)}")
-            raise CheckpointError(f"--resume-from {wanted}: {run_dir} has no complete generation {wanted}")
-        raise _nothing_intact(run_dir, damaged[0].problem, storage)
-    if damaged and wanted is None and not fall_back:
-        located = " (in the bucket)" if found.staged is not None else ""
-        raise CheckpointError(
-            f"{damaged[0].problem}; generation {found.generation} is intact{located}: add --fall-back to continue "
-            f"from it with the {len(damaged)} damaged folder(s) set aside (by hand: --resume --resume-from "
-            f"{found.generation})"
-        )
-
-
-def _pass_over(
-    run_dir: Path, storage: Storage | None, found: _Found, wanted: int | None, log: Callable[[str], None]
-) -> None:
-    """Set aside the damaged folders ``found`` passes over (here and in the bucket), put a generation downloaded from
-    the bucket in place, and point ``LATEST`` at the generation the run continues from (in the bucket: at the newest
-    it holds up to that one, when it named a newer one); one line says what was set aside."""
-    damaged = found.damaged
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    passed = [
-        f"{damage.where} as {checkpoint.set_aside(run_dir, damage.generation, stamp).name} "
-        f"({one_line(damage.problem, 160)})"
-        for damage in damaged
-        if not damage.in_bucket
-    ]
-    if found.staged is not None:
-        found.staged.rename(run_dir / checkpoint.generation_dirname(found.generation))
-    if _pointer(run_dir) != found.generation:
-        checkpoint.write_latest(run_dir, found.generation)
-    if found.bucket_latest is not None and found.bucket_latest > found.generation:
-        # The generations written again are uploaded under a LATEST that names none of them: the newest the bucket
-        # holds up to the one the run continues from (which resume_run uploads first when the bucket lacks it).
-        kept = [g for g in found.bucket_complete if g <= found.generation]
-        in_bucket = [damage for damage in damaged if damage.in_bucket]
-        moved = remote.set_aside_in_bucket(
-            storage,
-            run_dir.name,
-            [damage.generation for damage in in_bucket],
-            stamp,
-            latest=max(kept or [found.generation]),
-        )
-        passed += [
-            f"{damage.where} as {aside.rsplit('/', 1)[1]} ({one_line(damage.problem, 160)})"
-            for damage, aside in zip(in_bucket, moved)
-        ]
-    if passed:
-        flag = "--resume-from" if wanted is not None else "--fall-back"
-        source = " (downloaded from the bucket)" if found.staged is not None else ""
-        log(
-            f"{flag}: set aside damaged {'; '.join(passed)}; continuing from generation {found.generation}{source}, "
-            "the generations after it are written again"
-        )
-
-
-def _pointer(run_dir: Path) -> int | None:
-    """The generation the ``LATEST`` file names, complete or not (None: no file, or not a generation)."""
-    try:
-        return checkpoint.parse_dirname((run_dir / checkpoint.LATEST_NAME).read_text(encoding="utf-8").strip())
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _offer(earlier: int | None) -> str:
-    if earlier is None:
-        return "no earlier generation is intact"
-    return f"generation {earlier} is intact: continue from it with --resume --resume-from {earlier}"
-
-
-def _refuse_unusable_folders(run_dir: Path) -> None:
-    """A start never writes over a generation folder: in a run folder without a checkpoint, any it finds lost its
-    manifest (a partial copy, a wiped disk that kept some files)."""
-    folders = checkpoint.generation_folders(run_dir)
-    if folders:
-        _, oldest = folders[-1]  # the first a start would write over
-        raise _nothing_intact(run_dir, (checkpoint.verify_generation(oldest) or [f"{oldest} cannot be used"])[0])
-
-
-def _nothing_intact(run_dir: Path, problem: str, storage: Storage | None = None) -> CheckpointError:
-    if storage is not None:
-        return CheckpointError(
-            f"{problem}; no generation of the run is intact, here or in {storage.uri}/{run_dir.name}: restore them, "
-            "or move the run's gen-* folders out of both places to start it again from generation 0"
-        )
-    count = len(checkpoint.generation_folders(run_dir))
-    return CheckpointError(
-        f"{problem}; none of the {count} generation folders of {run_dir} is intact, and a start would write over "
-        f"them: restore them, or move them out of {run_dir} to start the run again from generation 0"
-    )
-
-
-@contextlib.contextmanager
-def _offering_earlier(run_dir: Path, generation: int) -> Iterator[None]:
-    """A CheckpointError raised inside (a checkpoint whose files verify but do not load) gains the newest earlier
-    generation whose files all verify."""
-    try:
-        yield
-    except CheckpointError as error:
-        raise CheckpointError(f"{error}; {_offer(checkpoint.newest_intact(run_dir, before=generation))}") from None
+def train_to_end(
+    config: Config,
+    *,
+    log: Callable[[str], None] = print,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_generation: Callable[[dict[str, Any]], None] | None = None,
+) -> Trainer:
+    """Train the run ``config.checkpoint.uri / run_name`` to ``runtime.generations``: resume it from its last
+    complete generation, or start it (``training.runs.resume_or_start``, as a pod's start command does)."""
+    run = resume_or_start(config, {}, log=log, should_stop=should_stop)
+    run.trainer.run(until=config.runtime.generations, on_generation=on_generation)
+    run.finish()
+    return run.trainer

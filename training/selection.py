@@ -33,10 +33,11 @@ bootstrap's approximation error, whatever the number of generations and the corr
 and on cloned null candidates in ``tests/training/test_selection.py`` and ``benchmarks/selection_power.py``.
 
 **The champion.** Equal weight has an edge of exactly 0 and is the champion until a candidate's t passes the
-critical value. ``edge_bounds`` turns the critical value into an annualised lower confidence bound of each
-candidate's mean excess: positive exactly when the candidate passes. Among the proven candidates,
-``selection.choose_by`` picks: ``return`` (the default), the highest validation return, crowned if above the
-current champion's on the same days; or ``bound``, the highest bound, crowned if above the champion's.
+critical value. ``edges`` gives each candidate's edge, its annualised mean excess; ``edge_bounds`` turns the critical
+value into the edge's lower confidence bound: positive exactly when the candidate passes. The edge a candidate must
+exceed to be proven is its edge less its bound. Among the proven candidates, ``selection.choose_by`` picks:
+``return`` (the default), the highest validation return, crowned if above the current champion's on the same days;
+or ``bound``, the highest bound, crowned if above the champion's.
 
 ``method="bonferroni"`` keeps the earlier test for comparison: ``z`` the normal quantile of ``1 - alpha / (P g
 (g + 1))``, which holds whatever the correlation but needs an annualised information ratio over equal weight of
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -56,6 +58,58 @@ from config import ChooseBy
 TRADING_DAYS = 252
 _CHUNK_ELEMENTS = 1 << 22
 """Resampled values held at once while the gate computes its bootstrap statistics (32 MB of float64)."""
+
+
+class ValidationReturns(NamedTuple):
+    """A generation's daily log returns on the validation days, net of costs, on the host (float64), by whose."""
+
+    rows: torch.Tensor
+    """(P + 2, D) as validation runs them: the agents in slot order, then the champion, then equal weight."""
+
+    @property
+    def agents(self) -> torch.Tensor:
+        """(P, D)."""
+        return self.rows[:-2]
+
+    @property
+    def champion(self) -> torch.Tensor:
+        """(D,) the champion's (equal weight's until an agent is crowned)."""
+        return self.rows[-2]
+
+    @property
+    def equal_weight(self) -> torch.Tensor:
+        """(D,) equal weight's, rebalanced daily: the baseline."""
+        return self.rows[-1]
+
+    @property
+    def candidates(self) -> torch.Tensor:
+        """(P + 1, D) the agents and the champion: what is compared with the baseline."""
+        return self.rows[:-1]
+
+    @property
+    def excess(self) -> torch.Tensor:
+        """(P, D) each agent's daily excess over equal weight."""
+        return self.agents - self.equal_weight
+
+    @property
+    def totals(self) -> torch.Tensor:
+        """(P + 2,) validation log returns, in the order of ``rows``."""
+        return self.rows.sum(dim=1)
+
+
+class Champion(NamedTuple):
+    """The run's champion, as one value: equal weight (generation 0) until an agent proves an edge over it."""
+
+    score: float
+    """Its validation log return (on the days every candidate is compared on); -inf before the first look."""
+    bound: float
+    """The lower confidence bound of its annualised edge over equal weight (``edge_bounds``); 0 for equal weight."""
+    generation: int
+    """The generation that crowned it; 0: equal weight."""
+
+
+EQUAL_WEIGHT = Champion(score=-math.inf, bound=0.0, generation=0)
+"""The champion before any agent is crowned."""
 
 
 def selection_z(popsize: int, generation: int, alpha: float) -> float:
@@ -213,6 +267,12 @@ class SequentialGate:
         self.crossed.copy_(crossed.to(torch.bool))
 
 
+def edges(daily: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
+    """(S, D) daily log returns of S candidates, (D,) the baseline's -> (S,) annualised mean excess: the edge, whose
+    lower bound ``edge_bounds`` gives."""
+    return (daily - baseline).mean(dim=-1) * TRADING_DAYS
+
+
 def edge_bounds(daily: torch.Tensor, baseline: torch.Tensor, *, z: float) -> torch.Tensor:
     """Annualised lower confidence bounds of the mean daily excess log return over ``baseline``.
 
@@ -233,26 +293,26 @@ def edge_bounds(daily: torch.Tensor, baseline: torch.Tensor, *, z: float) -> tor
 
 
 def choose_champion(
-    agent_edges: torch.Tensor,
-    champion_edge: float,
+    agent_bounds: torch.Tensor,
+    champion_bound: float,
     agent_returns: torch.Tensor,
     champion_return: float,
     *,
     by: ChooseBy = "return",
 ) -> int | None:
-    """The agent slot to crown, or None. Only an agent with a positive edge (a proven one) may be crowned; among
-    those, ``by="bound"`` takes the highest edge if above the champion's, ``by="return"`` the highest validation
-    return if above the champion's.
+    """The agent slot to crown, or None. Only an agent whose edge has a positive bound (a proven one) may be crowned;
+    among those, ``by="bound"`` takes the highest bound if above the champion's, ``by="return"`` the highest
+    validation return if above the champion's.
 
     Args:
-        agent_edges: (P,) on the host, from ``edge_bounds``.
-        champion_edge: the current champion's bound on the same days (0 for equal weight).
+        agent_bounds: (P,) on the host, from ``edge_bounds``.
+        champion_bound: the current champion's bound on the same days (0 for equal weight).
         agent_returns: (P,) validation log returns on the same days.
         champion_return: the current champion's.
     """
-    proven = agent_edges > 0.0
+    proven = agent_bounds > 0.0
     if not bool(proven.any()):
         return None
-    key, champion = (agent_edges, champion_edge) if by == "bound" else (agent_returns, champion_return)
+    key, champion = (agent_bounds, champion_bound) if by == "bound" else (agent_returns, champion_return)
     best = int(torch.where(proven, key, -torch.inf).argmax())
     return best if float(key[best]) > champion else None

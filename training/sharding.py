@@ -4,7 +4,7 @@ collectives that make W processes train one run.
 ``torchrun --nproc_per_node=W main.py ...`` starts W processes (ranks). Each holds a contiguous block of
 P / W slots, runs its agents' episodes and their batched DDPG updates; what joins them:
 
-* every transition goes to every rank's replay ring (one gather per environment step), so the ring is the same
+* every transition goes to every rank's replay buffer (one gather per environment step), so the buffer is the same
   everywhere and is checkpointed once;
 * every random draw is made population-wide and each rank keeps its rows: a slot's exploration noise, replay
   batches, initial parameters and mutations depend on the seed, the generation and the slot, never on W;
@@ -34,11 +34,15 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from utils.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from models.population import Population
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each process; all of them present means this process was launched by it."""
@@ -276,6 +280,21 @@ class Sharding:
             out = local.new_empty((local.shape[0] * self.ranks.world_size, *local.shape[1:]))
         _ALL_GATHER(out, local.contiguous(), group=self._device_group)
         return out
+
+    def crown(self, population: Population, choice: int | None) -> int | None:
+        """The leader's ``choice`` of an agent slot to crown (None: none), agreed by every process and copied into
+        every process's champion slot from the process that holds it; returns the slot crowned, or None.
+
+        The leader's, since a choice rests on float arithmetic that other hardware may round differently, and the
+        choice steers the broadcast: a one-ulp difference between processes would have them issue different
+        collectives and hang (``Ranks.leader_choice``)."""
+        choice = self.ranks.leader_choice(choice)
+        if choice is not None:
+            owner = self.owner(choice)
+            if self.ranks.rank == owner:
+                population.crown(choice - self.slots.start)
+            self.broadcast_(list(population.champion.parameters()), src=owner)
+        return choice
 
     def broadcast_(self, tensors: list[torch.Tensor], *, src: int) -> None:
         """Overwrite ``tensors`` on every rank with rank ``src``'s."""

@@ -6,7 +6,7 @@ below is computed from the shapes the code allocates (``models.networks``, ``mod
 ``models.replay``, ``models.ddpg``, ``training.rollout``, ``training.evolution``, ``persistence``): the storage a run
 allocates once at start (design invariant 1), and the working memory of its largest phase (the phases run one after
 the other, so the caching allocator serves each from the memory the one before released).
-``tests/training/test_sizing_counts.py`` holds the counts against a real population and ring, the tensors a real DDPG
+``tests/training/test_sizing_counts.py`` holds the counts against a real population and buffer, the tensors a real DDPG
 update saves for backward, and every allocation the profiler sees it make.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the
@@ -38,7 +38,7 @@ NCCL_BYTES = GIB
 for the rings of the all-gathers and broadcasts and the point-to-point connections of evolution's all-to-all; several
 hundred MiB on an 8-GPU NVLink node, more with NVLS."""
 
-RING = "replay ring (ddpg.buffer_size)"
+BUFFER = "replay buffer (ddpg.buffer_size)"
 SAMPLES = "sample buffers (evolution.popsize x ddpg.batch_size)"
 OBSERVATION_NOISE = "observation noise (ddpg.observation_noise: all of evolution.popsize x ddpg.batch_size)"
 WIDTHS = "model.encoder_hidden, .embedding, .head_hidden"
@@ -54,7 +54,7 @@ PHASES = {
 }
 """The working memory of each phase, by the phase's name in ``working_bytes``."""
 CUDA_RUNTIME = "CUDA kernels, cuBLAS workspaces and allocator slack"
-RING_COPIES = "replay ring's checkpoint copies (ddpg.buffer_size): staged and being written"
+BUFFER_COPIES = "replay buffer's checkpoint copies (ddpg.buffer_size): staged and being written"
 POPULATION_COPIES = "population's checkpoint copies (evolution.popsize): staged and being written"
 GATE = "selection gate's resamples (selection.bootstrap_draws x data.validation_days)"
 
@@ -208,8 +208,8 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
 # ---------------------------------------------------------------------------------------------- a process
 
 
-def ring_tensor_bytes(config: Config, *, num_assets: int) -> list[int]:
-    """Bytes of each of the ring's tensors (``models.replay``): int32 days, three weight vectors, reward, two flags."""
+def buffer_tensor_bytes(config: Config, *, num_assets: int) -> list[int]:
+    """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors, reward, flags."""
     capacity, n1 = config.ddpg.buffer_size, num_assets + 1
     return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * 3, capacity * FLOAT_BYTES, capacity, capacity]
 
@@ -223,7 +223,7 @@ def process_bytes(
     device: torch.device | str = "cpu",
 ) -> dict[str, int]:
     """Bytes one of ``processes`` needs on its training ``device``, by item (each named by the keys that size it):
-    what it allocates once, its slots of the population (P / W, ``training.sharding``) and the whole ring, and the
+    what it allocates once, its slots of the population (P / W, ``training.sharding``) and the whole buffer, and the
     working memory of its largest phase."""
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     agents = popsize // processes
@@ -231,7 +231,7 @@ def process_bytes(
     window = config.env.lookback * num_features
     batch = config.ddpg.batch_size
     needs = {
-        RING: sum(ring_tensor_bytes(config, num_assets=num_assets)),
+        BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets)),
         # observation and next observation windows of every sampled transition
         SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
         **population_bytes(config.model, window, agents=agents),
@@ -262,7 +262,7 @@ def host_bytes(
     config: Config, *, num_assets: int, num_features: int, processes: int = 1, pinned: bool = False
 ) -> dict[str, int]:
     """Bytes the processes of one machine need in host memory besides the training device's: a checkpoint's staging
-    buffers (``persistence.staging``; each process stages its slots, the leader the ring, and with several processes
+    buffers (``persistence.staging``; each process stages its slots, the leader the buffer, and with several processes
     the leader gathers the whole population into buffers of its own), the checkpoint the writer thread holds as bytes
     while it writes (``persistence.checkpoint.encode_tensor_group``), and the selection gate's resamples.
     ``pinned``: staging buffers on CUDA are pinned, and the pinned allocator rounds each up to a power of two."""
@@ -273,7 +273,7 @@ def host_bytes(
     def staged(size: int) -> int:
         return 1 << (size - 1).bit_length() if pinned and size > 0 else size
 
-    ring = ring_tensor_bytes(config, num_assets=num_assets)
+    stored = buffer_tensor_bytes(config, num_assets=num_assets)
     sizes = agent_tensor_sizes(config.model, window)
     # per agent: actor, critic, both targets, both Adams' two moments, the exploration stdev; and the champion
     slot_tensors = [*sizes["actor"] * 4, *sizes["critic"] * 4, 1]
@@ -287,7 +287,7 @@ def host_bytes(
     if processes > 1:
         population += whole - champion
     needs = {
-        RING_COPIES: sum(staged(size) for size in ring) + sum(ring),
+        BUFFER_COPIES: sum(staged(size) for size in stored) + sum(stored),
         POPULATION_COPIES: population + whole,
     }
     if config.selection.method == "bootstrap":

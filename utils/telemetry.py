@@ -100,6 +100,35 @@ class ObjectCensus:
         return counts
 
 
+class Telemetry:
+    """A generation's memory figures (``MEMORY_KEYS``, the object counts when ``ObjectCensus`` takes them, else None)
+    and the growth watch over them.
+
+    Args:
+        device: the training device (its allocator's figures on CUDA).
+        census_share: ``ObjectCensus``'s share of the run's time.
+    """
+
+    def __init__(self, device: torch.device, *, census_share: float) -> None:
+        self.device = device
+        self.census = ObjectCensus(census_share)
+        self.growth = GrowthWatch()
+
+    def measure(self, *, warm: bool, **figures: int) -> tuple[dict[str, int | None], str | None]:
+        """This generation's reading, with ``figures`` added, and a warning (once per streak) when memory keeps
+        growing once ``warm``."""
+        counts = self.census.take()
+        reading = {
+            **memory_snapshot(self.device),
+            "live_tensors": None if counts is None else counts.tensors,
+            "python_objects": None if counts is None else counts.objects,
+            "python_blocks": python_blocks(),
+            "python_references": None if counts is None else counts.references,
+            **figures,
+        }
+        return reading, self.growth.update(reading, warm=warm)
+
+
 def python_blocks() -> int:
     """Memory blocks Python's allocator holds: counts what the collector does not track (floats, strings,
     numpy array headers), which ``count_objects`` misses."""
@@ -107,11 +136,11 @@ def python_blocks() -> int:
 
 
 class GrowthWatch:
-    """Warns when memory sets a new high ``patience`` generations in a row once the run is warm (the replay ring
+    """Warns when memory sets a new high ``patience`` generations in a row once the run is warm (the replay buffer
     full): a healthy run allocates nothing new then. It keeps one reading, a high and a streak per figure.
 
     Args:
-        settle: warm generations ignored first; RSS still rises for a few generations after the ring fills
+        settle: warm generations ignored first; RSS still rises for a few generations after the buffer fills
             while the allocator settles (measured: +67 MB over 5 generations at the default scale, then flat).
         rss_step_bytes, objects_step: growth per generation that counts (below it is allocator noise).
     """

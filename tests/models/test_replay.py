@@ -1,4 +1,4 @@
-"""The replay ring: wrap-around, observations rebuilt exactly, size independent of L and K, state round trip."""
+"""The replay buffer: wrap-around, observations rebuilt exactly, size independent of L and K, state round trip."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
-from models.replay import ReplayBuffer
+from models.replay import ReplayBuffer, checkpoint_groups, from_checkpoint_groups
 from tests.synthetic import make_market, random_simplex
 
 LOOKBACK = 4
@@ -147,12 +147,13 @@ def test_bytes_per_transition_depend_on_assets_only():
 
 
 @pytest.mark.parametrize("count", [6, 27], ids=["partial", "wrapped"])
-def test_state_dict_round_trip(market, count):
+def test_state_round_trip(market, count):
     source = _buffer(market, 10)
     source.add(**_transitions(count, market.num_assets))
     target = _buffer(market, 10)
     target.add(**_transitions(9, market.num_assets, first=100))  # stale content must not survive the load
-    target.load_state_dict({k: v.clone() for k, v in source.state_dict().items()})
+    state = source.state()
+    target.load_state_(state._replace(storage={k: v.clone() for k, v in state.storage.items()}))
     assert (target.size, target.pos) == (source.size, source.pos)
     for key, tensor in source.storage.items():
         assert torch.equal(target.storage[key], tensor), key
@@ -172,14 +173,12 @@ def test_a_state_that_does_not_fit_raises(market):
     full.add(**_transitions(13, market.num_assets))
     small = _buffer(market, 8)
     with pytest.raises(ValueError):  # 10 transitions in a ring of 8
-        small.load_state_dict(full.state_dict())
+        small.load_state_(full.state())
     other = make_market(num_assets=5)
-    with pytest.raises(ValueError):  # N + 1 = 6 weights where the ring holds 5
-        _buffer(other, 10).load_state_dict(full.state_dict())
-    state = full.state_dict()
-    state["pos"] = torch.tensor(10)
+    with pytest.raises(ValueError):  # N + 1 = 6 weights where the buffer holds 5
+        _buffer(other, 10).load_state_(full.state())
     with pytest.raises(ValueError):
-        _buffer(market, 10).load_state_dict(state)
+        _buffer(market, 10).load_state_(full.state()._replace(pos=10))
 
 
 def test_a_wrapped_ring_does_not_fit_a_bigger_one(market):
@@ -188,7 +187,7 @@ def test_a_wrapped_ring_does_not_fit_a_bigger_one(market):
     full.add(**_transitions(13, market.num_assets))
     bigger = _buffer(market, 20)
     with pytest.raises(ValueError):
-        bigger.load_state_dict(full.state_dict())
+        bigger.load_state_(full.state())
 
 
 def test_sample_is_seeded_and_reuses_its_buffers(market):
@@ -212,13 +211,14 @@ def test_sample_is_seeded_and_reuses_its_buffers(market):
 def test_checkpoint_groups_round_trip_in_segments(market, count):
     source = _buffer(market, 40)  # SEGMENTS rows of ceil(40 / 16) = 3
     source.add(**_transitions(count, market.num_assets))
-    groups = source.checkpoint_groups()
+    groups = checkpoint_groups(source.state(), capacity=source.capacity)
     segments = sorted(name for name in groups if name.startswith("replay-"))
     assert segments == [f"replay-{i:03d}" for i in range(-(-source.size // 3))]
     assert all(len(groups[name]["days"]) == 3 for name in segments[:-1])
     target = _buffer(market, 40)
     target.add(**_transitions(9, market.num_assets, first=100))  # stale content must not survive the load
-    target.load_checkpoint_groups({name: {k: v.clone() for k, v in group.items()} for name, group in groups.items()})
+    copies = {name: {k: v.clone() for k, v in group.items()} for name, group in groups.items()}
+    target.load_state_(from_checkpoint_groups(copies))
     assert (target.size, target.pos) == (source.size, source.pos)
     for key, tensor in source.storage.items():
         assert torch.equal(target.storage[key], tensor), key
@@ -227,10 +227,10 @@ def test_checkpoint_groups_round_trip_in_segments(market, count):
 def test_a_new_transition_changes_only_the_segment_it_lands_in(market):
     ring = _buffer(market, 40)
     ring.add(**_transitions(40, market.num_assets))  # full, next write at row 0
-    before = ring.checkpoint_groups()
+    before = checkpoint_groups(ring.state(), capacity=ring.capacity)
     before = {name: {k: v.clone() for k, v in group.items()} for name, group in before.items()}
     ring.add(**_transitions(4, market.num_assets, first=500))  # rows 0..3: segments 0 and 1
-    after = ring.checkpoint_groups()
+    after = checkpoint_groups(ring.state(), capacity=ring.capacity)
     changed = {name for name in after if not all(torch.equal(after[name][k], before[name][k]) for k in after[name])}
     assert changed == {"replay", "replay-000", "replay-001"}
 
@@ -239,7 +239,9 @@ def test_checkpoints_that_hold_the_ring_in_one_group_still_load(market):
     source = _buffer(market, 10)
     source.add(**_transitions(13, market.num_assets))
     target = _buffer(market, 10)
-    target.load_checkpoint_groups({"replay": source.state_dict()})
+    whole = {key: tensor[: source.size] for key, tensor in source.storage.items()}  # the group of earlier versions
+    whole |= {"pos": torch.tensor(source.pos), "size": torch.tensor(source.size)}
+    target.load_state_(from_checkpoint_groups({"replay": whole}))
     for key, tensor in source.storage.items():
         assert torch.equal(target.storage[key], tensor), key
 
@@ -247,7 +249,7 @@ def test_checkpoints_that_hold_the_ring_in_one_group_still_load(market):
 def test_a_missing_segment_does_not_fit(market):
     source = _buffer(market, 40)
     source.add(**_transitions(20, market.num_assets))
-    groups = source.checkpoint_groups()
+    groups = checkpoint_groups(source.state(), capacity=source.capacity)
     del groups["replay-002"]
     with pytest.raises(ValueError):
-        _buffer(market, 40).load_checkpoint_groups(groups)
+        _buffer(market, 40).load_state_(from_checkpoint_groups(groups))

@@ -20,7 +20,7 @@ from environment.observation import WindowGatherer
 from models.networks import Actor
 from offline import export
 from persistence import checkpoint
-from training import runs
+from training import setup
 
 
 def export_cli(capsys, *args) -> tuple[int, str, str]:
@@ -176,7 +176,7 @@ def test_changed_data_is_refused(capsys, smoke_run, tmp_path, monkeypatch):
         prices[-1, 0] *= 1.01
         return type(table)(dates=table.dates, tickers=table.tickers, prices=prices, benchmark=table.benchmark)
 
-    monkeypatch.setattr(runs, "load_prices", shifted)
+    monkeypatch.setattr(setup, "load_prices", shifted)
     assert_one_line_error(capsys, [smoke_run, tmp_path / "out"], "data changed")
     assert not (tmp_path / "out").exists()
 

@@ -11,7 +11,7 @@ import torch
 from config import ModelConfig, override, preset
 from environment.market import Market, Splits
 from models.networks import Actor
-from offline.holdout import evaluate, run_range, untrained_actor
+from offline.holdout import run_range, score_champion, untrained_actor
 from training.rollout import validate
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
@@ -149,7 +149,7 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     scores = validate(holder, env, torch.tensor(starts))[:5].sum(dim=1)
     best = int(scores.argmax())
 
-    results = evaluate(market, config, zero_actor_for(window, config))
+    results = score_champion(market, config, zero_actor_for(window, config))
     expected = run_range(
         market,
         {"untrained": population.agent(best)},

@@ -20,7 +20,7 @@ from offline import evaluate as report_module
 from offline.export import ACTOR_FORMAT_VERSION, PRECISION
 from offline.holdout import RANGES, run_range
 from persistence import checkpoint
-from training.runs import load_market
+from training.setup import load_market
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """One damaged file costs one generation: whichever file of the newest generation is flipped, every other kept
 generation still verifies and the run continues from the one before, bit for bit as if never interrupted. The replay
-ring's unchanged segments are hard links only to the generation retention deletes as the new one is committed, so
+buffer's unchanged segments are hard links only to the generation retention deletes as the new one is committed, so
 no two kept generations share a file."""
 
 import os

@@ -210,7 +210,7 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
                 ("generation", "3"),
                 ("champion_score", [1.0]),
                 ("champion_generation", None),
-                ("champion_edge", "0.1"),
+                ("champion_bound", "0.1"),
                 ("actor_optim_steps", 1.5),
                 ("critic_optim_steps", True),
                 ("replay_pos", -1),
@@ -223,7 +223,7 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
             ]
         ],
         ("state", lambda s: s.__delitem__("actor_optim_steps"), "actor_optim_steps"),
-        ("state", lambda s: s.__delitem__("champion_edge"), "champion_edge"),
+        ("state", lambda s: s.__delitem__("champion_bound"), "champion_bound"),
         ("state", lambda s: s.update(tickers=[1, 2]), "tickers"),
         ("state", lambda s: [s], "not an object"),
         ("history", lambda h: {"rows": h}, "not a list"),

@@ -13,7 +13,7 @@ def a_state(**changes):
         "generation": 3,
         "champion_score": None,
         "champion_generation": 0,
-        "champion_edge": 0.0,
+        "champion_bound": 0.0,
         "actor_optim_steps": 12,
         "critic_optim_steps": 12,
         "replay_pos": 5,

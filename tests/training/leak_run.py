@@ -32,7 +32,10 @@ from models.replay import ReplayBuffer
 from tests.emulated_cuda import emulate_cuda
 from tests.run_checks import rows
 from training import loop as trainer_module
+from training import rollout as rollout_module
+from training import update as update_module
 from training.runs import start_run
+from utils import telemetry
 
 GENERATIONS = 12
 WARM_FROM = 4  # the 400-transition ring fills in generation 2; judge from generation 4 on
@@ -73,7 +76,7 @@ def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
         call = next(calls)
         scores[call % population.popsize] = 1e3 + call
 
-    wrap(monkeypatch, trainer_module, "validate", after=winning)
+    wrap(monkeypatch, rollout_module, "validate", after=winning)
 
 
 def _train(root: str, leak: str | None, generations: int, device: str, emulated: bool) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def _garbage(root: str, device: str, emulated: bool, before: bool, generations: 
     counts = []
     with pytest.MonkeyPatch.context() as monkeypatch, emulate_cuda() if emulated else contextlib.nullcontext():
         if before:
-            monkeypatch.setattr(trainer_module, "memory_snapshot", _memory_snapshot_through_torch_cuda)
+            monkeypatch.setattr(telemetry, "memory_snapshot", _memory_snapshot_through_torch_cuda)
         config = override(
             preset("smoke"),
             {
@@ -180,7 +183,7 @@ def loss_tensors_kept_with_their_graphs(mp, kept):
     def keep_loss(result, population, batch, **kwargs):
         kept.append(population.critic(batch.windows, batch.weights, batch.actions).pow(2).mean())
 
-    wrap(mp, trainer_module, "ddpg_update", after=keep_loss)
+    wrap(mp, update_module, "ddpg_update", after=keep_loss)
 
 
 @injection
@@ -190,7 +193,7 @@ def per_step_histories_never_cleared(mp, kept):
 
 @injection
 def a_new_environment_per_episode(mp, kept):
-    original = trainer_module.collect
+    original = rollout_module.collect
 
     def collect(population, env, start_days, *, day=None, **kwargs):  # the trainer's day steps its own env
         fresh = VectorPortfolioEnv(
@@ -204,7 +207,7 @@ def a_new_environment_per_episode(mp, kept):
         kept.append(fresh)  # the old environments stay referenced
         return original(population, fresh, start_days, **kwargs)
 
-    mp.setattr(trainer_module, "collect", collect)
+    mp.setattr(rollout_module, "collect", collect)
 
 
 @injection
@@ -214,7 +217,7 @@ def a_new_population_each_generation(mp, kept):
         kept.append(
             Population(
                 cfg.evolution.popsize,
-                trainer.train_env.gatherer.window_size,
+                trainer.rollouts.env.gatherer.window_size,
                 cfg.model,
                 actor_lr=cfg.ddpg.actor_lr,
                 critic_lr=cfg.ddpg.critic_lr,
@@ -240,7 +243,7 @@ def a_replaced_best_agent_never_released(mp, kept):
     # Every comparison with the champion keeps the outgoing best alive, as the replaced system did on replacement.
     wrap(
         mp,
-        trainer_module,
+        rollout_module,
         "validate",
         before=lambda population, *a, **kw: kept.append(copy.deepcopy(population.champion)),
     )
@@ -255,13 +258,13 @@ def the_outgoing_champion_kept_on_each_crowning(mp, kept):
 @injection
 def an_unbounded_loss_history(mp, kept):
     # Every update's per-agent losses appended to a history that is never trimmed.
-    wrap(mp, trainer_module, "ddpg_update", after=lambda result, *a, **kw: kept.append(result.critic.tolist()))
+    wrap(mp, update_module, "ddpg_update", after=lambda result, *a, **kw: kept.append(result.critic.tolist()))
 
 
 @injection
 def a_few_python_floats_per_generation(mp, kept):
     # Untracked by the collector and a few blocks each: 16 floats a generation at the test's scale.
-    wrap(mp, trainer_module, "ddpg_update", after=lambda result, *a, **kw: kept.extend(result.critic.tolist()))
+    wrap(mp, update_module, "ddpg_update", after=lambda result, *a, **kw: kept.extend(result.critic.tolist()))
 
 
 @injection
@@ -270,7 +273,7 @@ def a_few_small_numpy_arrays_per_generation(mp, kept):
     def keep(result, rewards):
         kept.extend(np.array([value]) for value in result.flatten().tolist())
 
-    wrap(mp, trainer_module, "episode_returns", after=keep)
+    wrap(mp, rollout_module, "episode_returns", after=keep)
 
 
 @injection
@@ -292,9 +295,9 @@ def pyplot_figures_never_closed(mp, kept):
 def a_growing_list_of_upload_futures(mp, kept):
     original_init = trainer_module.Trainer.__init__
 
-    def init(self, *args, **kwargs):
+    def init(self, *args, **kwargs):  # an uploader whose queue keeps every future it ever made
+        kwargs["on_checkpoint"] = lambda generation, protect: kept.append(concurrent.futures.Future())
         original_init(self, *args, **kwargs)
-        self.checkpoints.on_checkpoint = lambda generation, protect: kept.append(concurrent.futures.Future())
 
     mp.setattr(trainer_module.Trainer, "__init__", init)
 

@@ -22,7 +22,7 @@ from environment import vector_env
 from persistence import checkpoint
 from tests.emulated_cuda import DeviceMismatchError, DeviceTensor, HostReadError, emulate_cuda
 from tests.run_checks import deterministic, rows, state_digest
-from training import loop
+from training import loop, parts, rollout, update
 from training.evolution import EvolutionPlan
 from training.loop import Trainer
 from training.runs import start_run
@@ -80,7 +80,9 @@ def after(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, then: Calla
 
 def no_boundary(mp: pytest.MonkeyPatch) -> None:
     # The crash that killed every CUDA run in 5 s: the gate's block length took the device's relatives to numpy.
-    mp.setattr(loop, "to_host", lambda tensor, dtype=None: tensor.detach() if dtype is None else tensor.to(dtype))
+    passed_through = lambda tensor, dtype=None: tensor.detach() if dtype is None else tensor.to(dtype)  # noqa: E731
+    mp.setattr(parts, "to_host", passed_through)
+    mp.setattr(loop, "to_host", passed_through)
 
 
 def host_mixed_in(mp: pytest.MonkeyPatch) -> None:
@@ -91,7 +93,7 @@ def host_mixed_in(mp: pytest.MonkeyPatch) -> None:
 
 
 def host_generator(mp: pytest.MonkeyPatch) -> None:
-    after(mp, loop, "make_generators", lambda generators: generators.update(mutation=torch.Generator()))
+    after(mp, parts, "make_generators", lambda generators: generators.update(mutation=torch.Generator()))
 
 
 def plan_left_on_the_host(mp: pytest.MonkeyPatch) -> None:
@@ -106,17 +108,17 @@ def staging_without_its_wait(mp: pytest.MonkeyPatch) -> None:
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
     "device results not brought to the host (numpy of the device's relatives)": (no_boundary, TypeError, "numpy"),
     "a python float of each update's loss": (
-        lambda mp: after(mp, loop, "ddpg_update", lambda losses: float(losses.critic.sum())),
+        lambda mp: after(mp, update, "ddpg_update", lambda losses: float(losses.critic.sum())),
         HostReadError,
         "reads a value",
     ),
     "the fitness read as a list": (
-        lambda mp: after(mp, loop, "fitness", lambda f: f.tolist()),
+        lambda mp: after(mp, rollout, "fitness", lambda f: f.tolist()),
         HostReadError,
         "tolist",
     ),
     "numpy of the validation returns": (
-        lambda mp: after(mp, loop, "validate", lambda d: d.numpy()),
+        lambda mp: after(mp, rollout, "validate", lambda d: d.numpy()),
         TypeError,
         "numpy",
     ),

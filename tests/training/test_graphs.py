@@ -53,9 +53,9 @@ def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
     assert all(row["updates"] == 4 for row in rows(graphed.run_dir))
     # Each day of the rollout and of validation is one graph, captured once; the update's is captured again while the
     # ring fills (its size bounds the draws), then kept: sizes 168, 336 and then the full 400.
-    assert graphed._rollout_day.captures == 1 and graphed._validation_day.captures == 1
-    assert graphed._update_step.captures == 3
-    assert eager._update_step.captures == eager._rollout_day.captures == 0
+    assert graphed.rollouts.day.captures == 1 and graphed.validation.day.captures == 1
+    assert graphed.updates.graphed.captures == 3
+    assert eager.updates.graphed.captures == eager.rollouts.day.captures == 0
 
 
 def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path):
@@ -71,7 +71,7 @@ def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path):
 def test_graphs_on_the_cpu_are_the_eager_steps(tmp_path):
     trainer = start_run(smoke(tmp_path, graphs=True, **{"runtime.device": "cpu"}), log=lambda line: None).trainer
     trainer.run(until=1)
-    assert not trainer._update_step.enabled and trainer._update_step.captures == 0
+    assert not trainer.updates.graphed.enabled and trainer.updates.graphed.captures == 0
 
 
 # ------------------------------------------------------------------------------------------ what a capture bakes in

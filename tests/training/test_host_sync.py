@@ -15,8 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import override, preset
 from training.loop import Trainer
-from training.rollout import validate
-from training.runs import load_market
+from training.setup import load_market
 
 SYNCING = frozenset(
     {
@@ -48,15 +47,15 @@ def make_trainer(tmp_path, device: str) -> Trainer:
 
 
 def phases(trainer: Trainer) -> dict[str, callable]:
-    starts = trainer.sample_train_starts()  # drawn on the host once per generation, outside the phases
+    starts = trainer.rollouts.sample_starts()  # drawn on the host once per generation, outside the phases
 
     def update() -> None:
         for _ in range(3):
-            trainer.ddpg_step()
+            trainer.updates.step()
 
     return {
-        "evaluate": lambda: trainer.collect_episodes(starts),
-        "validate": lambda: validate(trainer.population, trainer.validation_env, trainer.validation_starts),
+        "evaluate": lambda: trainer.rollouts.run(starts),
+        "validate": lambda: trainer.validation.run(),
         "update": update,
     }
 
@@ -75,7 +74,7 @@ def test_the_watch_sees_a_per_step_read(tmp_path):
     with SyncWatch() as watch:
         phases(trainer)["evaluate"]()
         for _ in range(3):
-            float(trainer.train_env.rewards_per_episode.sum())
+            float(trainer.rollouts.env.rewards_per_episode.sum())
         trainer.buffer.add(
             days=torch.tensor([40]),  # made from host data
             weights=torch.ones(1, 7) / 7,

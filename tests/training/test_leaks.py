@@ -1,4 +1,4 @@
-"""Leak tests. A healthy run's memory is flat once the replay ring is full; each leak the replaced system's
+"""Leak tests. A healthy run's memory is flat once the replay buffer is full; each leak the replaced system's
 incident reports name, and each leak a trial run slipped past earlier versions of these tests, injected into the
 running trainer, is flagged by the same detector.
 

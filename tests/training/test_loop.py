@@ -14,7 +14,6 @@ from persistence import checkpoint
 from tests.run_checks import deterministic, rows, state_digest
 from tests.synthetic import momentum_prices
 from training.loop import Trainer
-from training.rollout import validate
 from training.runs import start_run
 
 REQUIRED_KEYS = {
@@ -102,12 +101,12 @@ def baseline_validation(trainer: Trainer, policy: str) -> float:
     env = VectorPortfolioEnv(
         market,
         num_agents=1,
-        num_episodes=len(trainer.validation_starts),
+        num_episodes=len(trainer.validation.starts),
         episode_days=cfg.env.episode_days,
         lookback=cfg.env.lookback,
         cost_rate=cfg.env.cost_rate,
     )
-    obs = env.reset(trainer.validation_starts)
+    obs = env.reset(trainer.validation.starts)
     while obs is not None:
         if policy == "equal":
             actions = torch.full_like(obs.weights, 1.0 / (market.num_assets + 1))
@@ -140,27 +139,25 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
     equal = baseline_validation(trainer, "equal")
     random = baseline_validation(trainer, "random")
     threshold = max(equal, random) + 0.3
-    untrained_best = float(
-        validate(trainer.population, trainer.validation_env, trainer.validation_starts)[:-2].sum(dim=1).max()
-    )
+    untrained_best = float(trainer.validation.run()[:-2].sum(dim=1).max())
     assert untrained_best < threshold, "the threshold must be out of reach of the untrained population"
 
     trainer.run(until=config.runtime.generations)
-    assert trainer.champion_score > threshold, (trainer.champion_score, equal, random)
+    assert trainer.champion.score > threshold, (trainer.champion.score, equal, random)
     # The reported score is the champion's own, recomputed on the same windows.
-    scores = validate(trainer.population, trainer.validation_env, trainer.validation_starts)
-    assert float(scores[-2].sum()) == pytest.approx(trainer.champion_score, abs=1e-5)  # the champion's slot
+    scores = trainer.validation.run()
+    assert float(scores[-2].sum()) == pytest.approx(trainer.champion.score, abs=1e-5)  # the champion's slot
 
 
 def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, monkeypatch):
-    import training.loop as trainer_module
     from models.ddpg import UpdateLosses
+    from training import update
 
     def diverged(population, batch, **kwargs):
         nan = torch.full((population.popsize,), float("nan"))
         return UpdateLosses(nan, nan)
 
-    monkeypatch.setattr(trainer_module, "ddpg_update", diverged)
+    monkeypatch.setattr(update, "ddpg_update", diverged)
     config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2})
     trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=2)
@@ -183,7 +180,7 @@ def test_retention_keeps_the_last_generations_and_the_champions(tmp_path, monkey
     )
     trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=5)
-    assert trainer.champion_generation == 2
+    assert trainer.champion.generation == 2
     assert checkpoint.complete_generations(trainer.run_dir) == [2, 5]
 
 
@@ -194,45 +191,8 @@ def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, 
     )
     trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=3)
-    assert trainer.champion_generation == 0
+    assert trainer.champion.generation == 0
     assert checkpoint.complete_generations(trainer.run_dir) == [3]
-
-
-def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffer(tmp_path, monkeypatch):
-    """ddpg.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
-    buffer allocated once."""
-    seen: dict[str, list] = {"quiet": [], "noisy": []}
-
-    def trainer_with(name: str, noise: float) -> Trainer:
-        config = override(
-            preset("smoke"),
-            {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "ddpg.observation_noise": noise},
-        )
-        trainer = start_run(config, log=lambda line: None).trainer
-        trainer.collect_episodes(trainer.sample_train_starts())  # fill the ring without updating
-        return trainer
-
-    def capture(name):
-        def update(population, batch, **kwargs):
-            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))
-
-        return update
-
-    quiet, noisy = trainer_with("quiet", 0.0), trainer_with("noisy", 0.5)
-    for name, trainer in (("quiet", quiet), ("noisy", noisy)):
-        monkeypatch.setattr("training.loop.ddpg_update", capture(name))
-        trainer.ddpg_step()
-        buffer = trainer._noise
-        trainer.ddpg_step()
-        assert trainer._noise is buffer  # the noise buffer is reused, not reallocated
-        trainer.checkpoints.close()
-    assert quiet._noise is None
-    # The first batches are the same transitions (the noise is drawn after the sample, from the same stream).
-    (q_windows, q_next), (n_windows, n_next) = seen["quiet"][0], seen["noisy"][0]
-    for clean, noisy_windows in ((q_windows, n_windows), (q_next, n_next)):
-        difference = noisy_windows - clean
-        assert difference.std().item() == pytest.approx(0.5, rel=0.1)
-        assert abs(difference.mean().item()) < 0.05
 
 
 def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
@@ -301,35 +261,3 @@ def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
     assert stopped.value.generation == 0
     assert int(trainer.population.actor_optim.step_count) == 1  # one update taken, the second never started
     assert checkpoint.latest_generation(trainer.run_dir) is None
-
-
-def test_frozen_elites_take_no_actor_step_and_the_others_do(tmp_path, monkeypatch):
-    """``evolution.frozen_elites``: in each generation the elites' actors leave the update phase exactly as evolution
-    left them (kept bit for bit from the fitness measurement); every other agent's actor moves."""
-    config = override(
-        preset("smoke"),
-        {
-            "checkpoint.uri": str(tmp_path),
-            "evolution.frozen_elites": True,
-            "ddpg.learning_starts": 0,
-            "runtime.generations": 2,
-        },
-    )
-    trainer = start_run(config, log=lambda line: None).trainer
-    seen = []
-    update = Trainer._update
-
-    def watched(self, plan):
-        before = [p.detach().clone() for p in self.population.actor.parameters()]
-        result = update(self, plan)
-        after = list(self.population.actor.parameters())
-        moved = torch.stack([(a != b).flatten(1).any(dim=1) for a, b in zip(after, before)]).any(dim=0)  # (P,)
-        seen.append((plan.elite.clone(), moved))
-        return result
-
-    monkeypatch.setattr(Trainer, "_update", watched)
-    trainer.run(until=2)
-    assert len(seen) == 2
-    for elite, moved in seen:
-        assert elite.any() and not moved[elite].any()
-        assert moved[~elite].all()

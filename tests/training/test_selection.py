@@ -108,8 +108,8 @@ def test_the_family_wide_false_positive_rate_is_at_most_alpha():
 def test_choose_champion_crowns_only_a_proven_agent_and_then_by_bound_or_return():
     returns = torch.tensor([0.9, 0.5, 0.2])
 
-    def choose(edges, champion_edge=0.0, champion_return=0.1, by="bound"):
-        return choose_champion(torch.tensor(edges), champion_edge, returns, champion_return, by=by)
+    def choose(bounds, champion_bound=0.0, champion_return=0.1, by="bound"):
+        return choose_champion(torch.tensor(bounds), champion_bound, returns, champion_return, by=by)
 
     for by in ("bound", "return"):
         assert choose([-0.1, -0.02, 0.0], by=by) is None  # no proven edge: the highest return does not count
@@ -117,9 +117,9 @@ def test_choose_champion_crowns_only_a_proven_agent_and_then_by_bound_or_return(
     assert choose([-0.1, 0.03, 0.05], by="bound") == 2
     assert choose([-0.1, 0.03, 0.05], by="return") == 1
     # the champion is replaced only by a better one on the rule's own measure
-    assert choose([-0.1, 0.03, 0.05], champion_edge=0.06, by="bound") is None
-    assert choose([-0.1, 0.03, 0.05], champion_edge=0.06, champion_return=0.4, by="return") == 1
-    assert choose([-0.1, 0.03, 0.05], champion_edge=0.01, champion_return=0.6, by="return") is None
+    assert choose([-0.1, 0.03, 0.05], champion_bound=0.06, by="bound") is None
+    assert choose([-0.1, 0.03, 0.05], champion_bound=0.06, champion_return=0.4, by="return") == 1
+    assert choose([-0.1, 0.03, 0.05], champion_bound=0.01, champion_return=0.6, by="return") is None
 
 
 def test_the_spent_budget_rises_towards_alpha_and_never_reaches_it():

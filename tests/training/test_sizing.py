@@ -8,7 +8,7 @@ import torch
 
 from config import override, preset
 from training import sizing
-from training.runs import load_market
+from training.setup import load_market
 from utils.errors import ConfigError
 
 GIB = 1 << 30
@@ -23,10 +23,10 @@ def test_on_the_cpu_the_checkpoint_copies_count_in_the_memory_check(monkeypatch)
     market = load_market(config, torch.device("cpu"))
     needs = sizing.process_bytes(config, **_sizes(market))
     host = sizing.host_bytes(config, **_sizes(market))
-    assert host[sizing.RING_COPIES] == 2 * needs[sizing.RING]  # staged, and encoded by the writer
+    assert host[sizing.BUFFER_COPIES] == 2 * needs[sizing.BUFFER]  # staged, and encoded by the writer
     total = sum(needs.values()) + sum(host.values())
     monkeypatch.setattr(sizing, "available_bytes", lambda device: total - 1)
-    with pytest.raises(ConfigError, match="replay ring"):
+    with pytest.raises(ConfigError, match="replay buffer"):
         sizing.check_memory(config, market)
     monkeypatch.setattr(sizing, "available_bytes", lambda device: total)
     sizing.check_memory(config, market)
@@ -38,7 +38,7 @@ def test_a_process_of_several_needs_room_for_its_share_of_the_agents_and_the_who
     )
     market = load_market(config, torch.device("cpu"))
     whole, half = sizing.process_bytes(config, **_sizes(market)), sizing.process_bytes(config, **_sizes(market, 2))
-    for shared in (sizing.RING, sizing.OBSERVATION_NOISE):  # every process holds the ring and draws for all P
+    for shared in (sizing.BUFFER, sizing.OBSERVATION_NOISE):  # every process holds the buffer and draws for all P
         assert half[shared] == whole[shared]
     assert half[sizing.SAMPLES] * 2 == whole[sizing.SAMPLES]
     assert half[sizing.OPTIMISER] * 2 == whole[sizing.OPTIMISER]
@@ -69,7 +69,7 @@ def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tenso
 
     wide = _gpu_market(500)
     needs = sizing.process_bytes(paper, num_assets=500, num_features=6, device=wide.device)
-    stored = (sizing.RING, sizing.SAMPLES, sizing.NETWORKS, sizing.ENVIRONMENTS)
+    stored = (sizing.BUFFER, sizing.SAMPLES, sizing.NETWORKS, sizing.ENVIRONMENTS)
     assert sum(needs[name] for name in stored) < 24 * GIB / 3  # what the stored tensors alone would have let pass
     with pytest.raises(ConfigError) as refused:
         sizing.check_memory(paper, wide)
@@ -99,9 +99,9 @@ def test_on_cuda_the_staging_buffers_are_checked_against_host_memory_pinned_and_
     market = _gpu_market(20)
     pinned = sizing.host_bytes(config, num_assets=20, num_features=6, pinned=True)
     plain = sizing.host_bytes(config, num_assets=20, num_features=6)
-    assert pinned[sizing.RING_COPIES] > plain[sizing.RING_COPIES]  # the pinned allocator's powers of two
+    assert pinned[sizing.BUFFER_COPIES] > plain[sizing.BUFFER_COPIES]  # the pinned allocator's powers of two
     _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()) - 1)
-    with pytest.raises(ConfigError, match=r"replay ring.s checkpoint copies .* but cpu has"):
+    with pytest.raises(ConfigError, match=r"replay buffer.s checkpoint copies .* but cpu has"):
         sizing.check_memory(config, market)
     _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()))
     sizing.check_memory(config, market)

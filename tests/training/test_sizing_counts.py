@@ -1,4 +1,4 @@
-"""The memory check's counts held against real allocations (training/sizing.py): a population's tensors, the ring's,
+"""The memory check's counts held against real allocations (training/sizing.py): a population's tensors, the buffer's,
 and what a batched DDPG update saves for backward."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
         sample_shape=(POPSIZE, BATCH),
         device="cpu",
     )
-    assert sum(sizing.ring_tensor_bytes(config, num_assets=ASSETS)) == ring.nbytes
+    assert sum(sizing.buffer_tensor_bytes(config, num_assets=ASSETS)) == ring.nbytes
     needs = sizing.process_bytes(config, num_assets=ASSETS, num_features=market.num_features)
     assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows])
 

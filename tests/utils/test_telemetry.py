@@ -4,7 +4,6 @@ import time
 import pytest
 import torch
 
-from training.records import format_line
 from utils.telemetry import GrowthWatch, ObjectCensus, count_objects, leak_findings, least_squares_slope
 
 
@@ -129,22 +128,3 @@ def test_a_leak_is_seen_between_the_generations_the_census_counted():
     assert leak_findings(flat, **bounds) == []
     watch = GrowthWatch(patience=2, settle=0)
     assert not any(watch.update(row, warm=True) for row in flat)
-
-
-def test_the_line_names_the_tensor_count_only_when_it_was_counted():
-    row = {
-        "generation": 3,
-        "best_fitness": 0.1,
-        "mean_fitness": 0.0,
-        "worst_fitness": -0.1,
-        "champion_score": 0.2,
-        "champion_generation": 0,
-        "edge_best": -0.01,
-        "buffer_size": 10,
-        "env_steps_per_s": 1e4,
-        "generation_s": 0.5,
-        "rss_bytes": 5e8,
-        "live_tensors": 432,
-    }
-    assert format_line(row, generations=5, buffer_capacity=100).endswith("| 432 tensors")
-    assert "tensors" not in format_line({**row, "live_tensors": None}, generations=5, buffer_capacity=100)

@@ -1,0 +1,123 @@
+"""A backtest's plan: one fold per test year and seed, each trained on everything before its year, and the plan
+document (``plan.json``) a backtest of the same name must match to be continued."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from config import Config, dotted, override
+from persistence.provenance import market_fingerprint
+from training.fitness import training_windows
+from training.setup import load_market, load_table
+from utils.errors import ConfigError, InputError
+
+DEFAULT_FOLDS = 4
+"""Test years when neither ``--folds`` nor ``--years`` is given: the last four of the data."""
+
+
+@dataclass(frozen=True)
+class Fold:
+    year: int
+    seed: int
+    config: Config
+    fingerprint: str
+    """``training.loop.market_fingerprint`` of the fold's market: what its run must be trained on."""
+
+    @property
+    def name(self) -> str:
+        return f"fold-{self.year}-seed-{self.seed}"
+
+
+def plan_folds(
+    config: Config, *, seeds: Sequence[int], years: Sequence[int] = (), folds: int | None = None
+) -> list[Fold]:
+    """One fold per test year and seed; ``years`` empty means the last ``folds`` (default 4) calendar years of the
+    data. Every test year's market is built here (on the CPU), so a plan the data cannot train is refused, naming
+    the year, before anything is written.
+
+    Raises:
+        ConfigError: a seed or year given twice, a test year the data does not hold, or one whose fold has too few
+            days before it for the settings.
+    """
+    if not seeds:
+        raise ConfigError("--seeds names no seed")
+    _refuse_repeats(seeds, "--seeds", "seed")
+    _refuse_repeats(years, "--years", "year")
+    table = load_table(config)
+    calendar = table.dates.year
+    available = sorted(set(int(y) for y in calendar))
+    if not years:
+        count = DEFAULT_FOLDS if folds is None else folds
+        asked = f"--folds {folds}" if folds is not None else f"the default --folds {DEFAULT_FOLDS}"
+        if count < 1:
+            raise ConfigError("--folds must be >= 1")
+        if count >= len(available):
+            raise ConfigError(
+                f"{asked}: the data spans {len(available)} calendar years ({available[0]} to {available[-1]}); "
+                "leave one to train on (fewer --folds, or --years)"
+            )
+        years = available[-count:]
+    missing = sorted(set(years) - set(available))
+    if missing:
+        raise ConfigError(f"test year {missing[0]} is not in the data ({available[0]} to {available[-1]})")
+    plan = []
+    for year in sorted(years):
+        in_year = np.flatnonzero(calendar == year)
+        fold_config = override(
+            config,
+            {
+                "data.end": table.dates[in_year[-1]].strftime("%Y-%m-%d"),
+                "data.holdout_days": len(in_year),
+                "data.gap_days": config.env.lookback,
+            },
+        )
+        try:
+            market = load_market(fold_config, torch.device("cpu"))
+            training_windows(fold_config, market)  # the fold's trainer checks this too: refused before the plan
+        except InputError as error:
+            raise ConfigError(f"test year {year}: {error}") from None
+        fingerprint = market_fingerprint(market)
+        for seed in seeds:
+            plan.append(Fold(year, seed, override(fold_config, {"runtime.seed": seed}), fingerprint))
+    return plan
+
+
+def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:
+    """A value given twice would count its folds twice in every mean and share of the summary: refused, since the
+    command cannot know whether another value was meant."""
+    for value in values:
+        if list(values).count(value) > 1:
+            raise ConfigError(f"{flag} names {what} {value} twice; give each once")
+
+
+def plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:
+    base = config.to_dict()
+    base["checkpoint"] = {k: v for k, v in base["checkpoint"].items() if k not in ("uri", "run_name", "local_dir")}
+    base["runtime"] = {k: v for k, v in base["runtime"].items() if k not in ("progress", "device")}
+    return {"config": base, "folds": [{"year": f.year, "seed": f.seed} for f in folds]}
+
+
+def plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
+    """The first thing ``saved`` (plan.json) and ``plan`` (this command) disagree on, in words; None if nothing."""
+    if saved.get("folds") != plan["folds"]:
+        before, now = _folds_text(saved.get("folds")), _folds_text(plan["folds"])
+        return f"the test years and seeds ({before} in plan.json, now {now})"
+    old, new = dotted(saved["config"]), dotted(plan["config"])
+    for key in sorted(old.keys() | new.keys()):
+        if old.get(key, ...) != new.get(key, ...):
+            before, now = (repr(d[key]) if key in d else "not set" for d in (old, new))
+            return f"{key} ({before} in plan.json, now {now})"
+    return None if saved == plan else "plan.json holds other keys"
+
+
+def _folds_text(folds: Any) -> str:
+    if not isinstance(folds, list) or not all(isinstance(f, dict) for f in folds):
+        return "no valid list of folds"
+    years = ", ".join(str(y) for y in dict.fromkeys(f.get("year") for f in folds))
+    seeds = ", ".join(str(s) for s in dict.fromkeys(f.get("seed") for f in folds))
+    return f"years {years or 'none'}, seeds {seeds or 'none'}"

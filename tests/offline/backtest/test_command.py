@@ -1,0 +1,160 @@
+"""``python main.py backtest`` (``offline.backtest.command``): a killed backtest resumes to the same table; another
+plan, other data, and folders or files in the way are refused in one line, writing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+import main
+from benchmarks.naive_selection import naive_fold
+from offline.backtest.report import OUTPUTS
+from tests.offline.backtest.builders import ROOT, backtest_command, files_under
+
+
+def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
+    assert main.main(backtest_command(prices, tmp_path / "whole")) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert [(row["year"], row["seed"]) for row in whole["folds"]] == [(2004, 0), (2005, 0)]
+    assert all({"deflated_sharpe", "pbo"} <= set(row) for row in whole["folds"])
+    folder = tmp_path / "whole" / "backtest"
+    assert {p.name for p in folder.iterdir()} >= {"plan.json", "summary.json", "summary.csv", "backtest.png"}
+
+    # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint.
+    killed_root = tmp_path / "killed"
+    second = killed_root / "backtest" / "fold-2005-seed-0"
+    command = [sys.executable, "main.py", *backtest_command(prices, killed_root)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not (second / "gen-000001").is_dir() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert (killed_root / "backtest" / "folds" / "fold-2004-seed-0.json").is_file()
+    assert not (killed_root / "backtest" / "folds" / "fold-2005-seed-0.json").exists()
+
+    assert main.main(backtest_command(prices, killed_root)) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed == whole
+
+    # benchmarks/naive_selection.py scores a finished fold's test year as the backtest does.
+    naive = naive_fold(folder / "fold-2004-seed-0")
+    first = whole["folds"][0]
+    assert naive["sharpe_equal_weight"] == pytest.approx(first["sharpe"]["equal_weight"], abs=1e-9)
+    assert naive["total_return_equal_weight"] == pytest.approx(first["total_return"]["equal_weight"], abs=1e-9)
+    assert naive["agent"].startswith("agent") and naive["turnover_ratio"] > 0
+
+
+def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
+    assert main.main([*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "1"]) == 0
+    capsys.readouterr()
+    status = main.main([*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "2"])
+    err = capsys.readouterr().err
+    assert status == 2 and "started with other settings" in err and len(err.strip().splitlines()) == 1
+    assert "runtime.generations (1 in plan.json, now 2)" in err  # what changed, by name
+    status = main.main([*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "1", "--seeds", "1"])
+    err = capsys.readouterr().err
+    assert status == 2 and "(years 2005, seeds 0 in plan.json, now years 2005, seeds 1)" in err
+
+
+def test_continuing_on_other_data_is_refused(prices, tmp_path, capsys):
+    """Folds trained on the old prices and folds trained on the new ones never meet in one summary."""
+    data = tmp_path / "prices.csv"
+    shutil.copy(prices, data)
+    command = [*backtest_command(data, tmp_path / "root"), "--folds", "2", "--generations", "1"]
+    assert main.main(command) == 0
+    whole = capsys.readouterr().out
+    folder = tmp_path / "root" / "backtest"
+    frame = pd.read_csv(data)
+    frame.iloc[-1, 1] *= 1.01  # one price of the last day of 2005: test year 2004's market is unchanged
+    frame.to_csv(data, index=False)
+    before = files_under(folder)
+    assert main.main(command) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"the data changed: {data} no longer gives test year 2005 the market fold-2005-seed-0 was trained on" in err
+    assert f"{folder / 'folds' / 'fold-2005-seed-0.json'} records market fingerprint" in err
+    assert files_under(folder) == before
+    # A fold result without a fingerprint (an earlier version's) or none yet: the fold's run checkpoint tells.
+    result_path = folder / "folds" / "fold-2005-seed-0.json"
+    result = json.loads(result_path.read_text())
+    del result["market_fingerprint"]
+    result_path.write_text(json.dumps(result))
+    assert main.main(command) == 2
+    err = capsys.readouterr().err
+    assert f"{folder / 'fold-2005-seed-0'} records market fingerprint" in err and len(err.strip().splitlines()) == 1
+    shutil.copy(prices, data)  # the backtest's own data again: it continues
+    assert main.main(command) == 0 and capsys.readouterr().out == whole
+
+
+def test_folders_where_the_backtests_files_go_are_refused_before_anything_is_written(prices, tmp_path, capsys):
+    command = [*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "1"]
+    assert main.main(command) == 0
+    capsys.readouterr()
+    folder = tmp_path / "backtest"
+    for name in OUTPUTS:
+        (folder / name).unlink()
+        (folder / name).mkdir()
+        before = files_under(folder)
+        assert main.main(command) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1, err
+        assert f"{folder / name} is a folder" in err and "move it away" in err
+        assert files_under(folder) == before
+        (folder / name).rmdir()
+
+
+def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("notes\n")
+    for command, phrase in (
+        ([*backtest_command(prices, tmp_path), "--name", "taken"], "use another --name"),
+        (backtest_command(prices, taken), "give --checkpoint-uri a folder"),
+    ):
+        assert main.main(command) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and f"{taken} is a file" in err and phrase in err
+        assert [p.name for p in tmp_path.iterdir()] == ["taken"] and taken.read_text() == "notes\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--seeds", "0,x"], "--seeds expects"),
+        (["--seeds", "-1"], "--seeds expects"),
+        (["--seeds", "0,1,0"], "--seeds names seed 0 twice"),
+        (["--years", "2004,2005,2004"], "--years names year 2004 twice"),
+        (["--years", ""], "--years expects"),
+        (["--years", "1890"], "not in the data"),
+        (["--years", "2000"], "test year 2000: the price data has 260 rows"),
+        (["--years", "2001"], "test year 2001: rollout.fitness_block_every"),
+        (["--folds", "0"], "--folds must be >= 1"),
+        (["--name", "../up"], "--name must be a plain folder name"),
+        (["--checkpoint-uri", "gs://bucket/x"], "local folder"),
+        (["--set", "ddpg.gamma=2"], "ddpg.gamma"),
+        pytest.param(
+            ["--device", "cuda"],
+            "no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA"),
+        ),
+    ],
+)
+def test_bad_backtest_input_is_one_line_and_writes_nothing(prices, tmp_path, capsys, args, phrase):
+    command = backtest_command(prices, tmp_path / "root")
+    status = main.main([*command, *args])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and phrase in err, err
+    assert not (tmp_path / "root").exists()

@@ -1,0 +1,55 @@
+"""A backtest's plan (``offline.backtest.plan``): folds that never see their test year, and plans the data cannot
+train refused before anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import torch
+
+from config import override
+from environment.features import WARMUP_DAYS
+from offline.backtest.plan import plan_folds
+from tests.offline.backtest.builders import small_config
+from training.setup import load_market
+from utils.errors import ConfigError
+
+
+def test_folds_never_let_a_training_or_validation_day_reach_the_test_year(prices):
+    config = small_config(prices)
+    folds = plan_folds(config, seeds=[0, 1], folds=3)
+    assert [(f.year, f.seed) for f in folds] == [(y, s) for y in (2003, 2004, 2005) for s in (0, 1)]
+    for fold in folds:
+        market = load_market(fold.config, torch.device("cpu"))
+        splits, dates = market.splits, market.dates
+        first_test_day = dt.date(fold.year, 1, 1).isoformat()
+        # Every day training or validation earns, and every day their observation windows show, is before it.
+        assert dates[splits.validation.stop - 1] < first_test_day
+        assert dates[splits.train.stop - 1] < dates[splits.validation.start]
+        # The test year is the holdout, all of it and nothing else.
+        test_dates = [dates[d] for d in splits.holdout]
+        assert all(d.startswith(str(fold.year)) for d in test_dates)
+        assert dates[splits.holdout.start - 1] < first_test_day <= test_dates[0]
+        assert splits.holdout.stop == market.num_days
+        # The gap: the first test decision's window (lookback days to the day before the test) holds no
+        # validation day, so no feature a test decision sees was earned by selection.
+        lookback = fold.config.env.lookback
+        assert len(splits.gap) == lookback
+        first_window = range(splits.holdout.start - lookback, splits.holdout.start)
+        assert set(first_window) == set(splits.gap)
+        assert splits.validation.stop <= first_window.start
+        # No row after the test year was even loaded.
+        assert dates[-1] <= dt.date(fold.year, 12, 31).isoformat()
+    assert WARMUP_DAYS > 0
+
+
+def test_plans_that_cannot_be_run_are_refused(prices):
+    config = small_config(prices)
+    with pytest.raises(ConfigError, match="not in the data"):
+        plan_folds(config, seeds=[0], years=[1999])
+    with pytest.raises(ConfigError, match="--folds"):
+        plan_folds(config, seeds=[0], folds=7)
+    # Three years of data: the default four test years are named as the default, not as a flag nobody typed.
+    with pytest.raises(ConfigError, match=r"^the default --folds 4: the data spans 3 calendar years"):
+        plan_folds(override(config, {"data.start": "2003-01-01"}), seeds=[0])

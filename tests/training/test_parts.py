@@ -1,0 +1,35 @@
+"""What a run's loop is made of (``training.parts``), built once from the config and the market."""
+
+from __future__ import annotations
+
+import torch
+
+from config import override, preset
+from training.parts import build_parts
+from training.setup import load_market
+
+
+def smoke(**settings):
+    config = override(preset("smoke"), {"runtime.device": "cpu", "ddpg.buffer_size": 500, **settings})
+    return config, load_market(config, torch.device("cpu"))
+
+
+def test_the_parts_fit_the_config_and_share_the_population_and_the_buffer():
+    config, market = smoke()
+    parts = build_parts(config, market)
+    popsize, episodes = config.evolution.popsize, config.rollout.episodes
+    assert parts.population.actor.encoder.mlp.layers[0].weight.shape[:2] == (popsize, config.env.lookback * 6)
+    assert parts.buffer.capacity == 500 and parts.buffer.sample_shape == (popsize, config.ddpg.batch_size)
+    assert parts.rollouts.population is parts.updates.population is parts.validation.population is parts.population
+    assert parts.rollouts.buffer is parts.updates.buffer is parts.buffer
+    assert parts.rollouts.env.weights.shape == (popsize, episodes, market.num_assets + 1)
+    assert parts.validation.env.weights.shape == (popsize + 2, 1, market.num_assets + 1)  # the champion, equal weight
+    assert parts.gate is not None and not parts.rollouts.day.enabled  # CUDA graphs are for CUDA
+
+
+def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process_on_cuda(cuda):
+    config, market = smoke(**{"selection.method": "bonferroni", "runtime.cuda_graphs": True})
+    assert build_parts(config, market).gate is None
+    on_cuda = override(config, {"runtime.device": "cuda"})
+    parts = build_parts(on_cuda, load_market(on_cuda, torch.device("cuda")))
+    assert parts.rollouts.day.enabled and parts.validation.day.enabled and parts.updates.graphed.enabled

@@ -1,0 +1,101 @@
+"""The update phase (``training.update``): every agent's DDPG update from the replay buffer, its losses summed on the
+device, the elites' actors kept as evolution left them, the observation noise drawn into one buffer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from config import override, preset
+from models.ddpg import ddpg_update
+from training.loop import Trainer
+from training.runs import start_run
+
+
+def trainer_with(root, **settings) -> Trainer:
+    config = override(preset("smoke"), {"checkpoint.uri": str(root), "runtime.seed": 3, **settings})
+    trainer = start_run(config, log=lambda line: None).trainer
+    trainer.rollouts.run(trainer.rollouts.sample_starts())  # fill the buffer without updating
+    return trainer
+
+
+def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
+    summed, stepped = trainer_with(tmp_path / "summed"), trainer_with(tmp_path / "stepped")
+    frozen = torch.zeros(summed.config.evolution.popsize, dtype=torch.bool)
+    summed.updates.begin(frozen=frozen)
+    for _ in range(3):
+        summed.updates()
+    losses = [stepped.updates.step() for _ in range(3)]
+    critic = losses[0].critic + losses[1].critic + losses[2].critic
+    actor = losses[0].actor + losses[1].actor + losses[2].actor
+    assert torch.equal(summed.updates.loss_sums, torch.stack([critic, actor], dim=1))  # (P, 2)
+    assert all(
+        torch.equal(a, b) for a, b in zip(summed.population.actor.parameters(), stepped.population.actor.parameters())
+    )
+    summed.updates.begin(frozen=frozen)
+    assert not summed.updates.loss_sums.any()  # each generation sums from 0
+    for trainer in (summed, stepped):
+        trainer.checkpoints.close()
+
+
+def test_frozen_elites_take_no_actor_step_and_the_others_do(tmp_path, monkeypatch):
+    """``evolution.frozen_elites``: in each generation the elites' actors leave the update phase exactly as evolution
+    left them (kept bit for bit from the fitness measurement); every other agent's actor moves."""
+    config = override(
+        preset("smoke"),
+        {
+            "checkpoint.uri": str(tmp_path),
+            "evolution.frozen_elites": True,
+            "ddpg.learning_starts": 0,
+            "runtime.generations": 2,
+        },
+    )
+    trainer = start_run(config, log=lambda line: None).trainer
+    seen = []
+    update = Trainer._update
+
+    def watched(self, plan):
+        before = [p.detach().clone() for p in self.population.actor.parameters()]
+        result = update(self, plan)
+        after = list(self.population.actor.parameters())
+        moved = torch.stack([(a != b).flatten(1).any(dim=1) for a, b in zip(after, before)]).any(dim=0)  # (P,)
+        seen.append((plan.elite.clone(), moved))
+        return result
+
+    monkeypatch.setattr(Trainer, "_update", watched)
+    trainer.run(until=2)
+    assert len(seen) == 2
+    for elite, moved in seen:
+        assert elite.any() and not moved[elite].any()
+        assert moved[~elite].all()
+
+
+def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffer(tmp_path, monkeypatch):
+    """ddpg.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
+    buffer allocated once."""
+    seen: dict[str, list] = {"quiet": [], "noisy": []}
+
+    def capture(name):
+        def update(population, batch, **kwargs):
+            losses = ddpg_update(population, batch, **kwargs)  # the noise is added in place, in the update
+            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))
+            return losses
+
+        return update
+
+    quiet = trainer_with(tmp_path / "quiet", **{"ddpg.observation_noise": 0.0})
+    noisy = trainer_with(tmp_path / "noisy", **{"ddpg.observation_noise": 0.5})
+    for name, trainer in (("quiet", quiet), ("noisy", noisy)):
+        monkeypatch.setattr("training.update.ddpg_update", capture(name))
+        trainer.updates.step()
+        draws = None if trainer.updates.noise is None else trainer.updates.noise.draws.data_ptr()
+        trainer.updates.step()
+        assert draws is None or trainer.updates.noise.draws.data_ptr() == draws  # one buffer, allocated once
+        trainer.checkpoints.close()
+    assert quiet.updates.noise is None
+    # The first batches are the same transitions (the noise is drawn after the sample, from the same stream).
+    (q_windows, q_next), (n_windows, n_next) = seen["quiet"][0], seen["noisy"][0]
+    for clean, noisy_windows in ((q_windows, n_windows), (q_next, n_next)):
+        difference = noisy_windows - clean
+        assert difference.std().item() == pytest.approx(0.5, rel=0.1)
+        assert abs(difference.mean().item()) < 0.05

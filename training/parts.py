@@ -1,0 +1,96 @@
+"""What a run's generation loop is made of, built once from the config and the market (allocate once): the random
+streams, the population, the replay buffer, the rollouts, validation, the update phase and the selection gate."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from config import Config
+from environment.market import Market
+from environment.observation import WindowGatherer
+from models.population import Population
+from models.replay import ReplayBuffer
+from training.boundary import to_host
+from training.rollout import Rollouts, Validation
+from training.selection import SequentialGate, validation_block_length
+from training.setup import set_matmul_precision
+from training.sharding import Sharding
+from training.streams import gate_generator, make_generators
+from training.update import Updates
+
+
+class LoopParts(NamedTuple):
+    sharding: Sharding
+    """The slots this process holds (all of them without torchrun), and the collectives over them."""
+    generators: dict[str, torch.Generator]
+    """The run's random streams (``training.streams``)."""
+    population: Population
+    buffer: ReplayBuffer
+    """The replay buffer all agents share: a ring of transitions, never of observations."""
+    rollouts: Rollouts
+    validation: Validation
+    updates: Updates
+    gate: SequentialGate | None
+    """The selection gate (``training.selection``); None with ``selection.method=bonferroni``."""
+
+
+def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> LoopParts:
+    """The parts of a run's loop on ``market``'s device; ``sharding``: the slots this process holds (all by
+    default)."""
+    device = market.device
+    set_matmul_precision(config, device)
+    ddpg, popsize = config.ddpg, config.evolution.popsize
+    sharding = sharding or Sharding(popsize, device=device)
+    generators = make_generators(config.runtime.seed, device)
+    population = Population(
+        popsize,
+        market.num_features * config.env.lookback,  # L * K values per asset window
+        config.model,
+        actor_lr=ddpg.actor_lr,
+        critic_lr=ddpg.critic_lr,
+        exploration=(ddpg.exploration_min, ddpg.exploration_max),
+        device=device,
+        generator=generators["init"],
+        slots=sharding.slots,
+    )
+    buffer = ReplayBuffer(
+        ddpg.buffer_size,
+        market.num_assets,
+        WindowGatherer(market.features, config.env.lookback),  # windows rebuilt at sample time
+        market.relatives,
+        sample_shape=(popsize, ddpg.batch_size),
+        device=device,
+        rows=sharding.slots,
+    )
+    graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
+    return LoopParts(
+        sharding=sharding,
+        generators=generators,
+        population=population,
+        buffer=buffer,
+        rollouts=Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs),
+        validation=Validation(config, market, population, sharding=sharding, graphs=graphs),
+        updates=Updates(config, population, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs),
+        gate=make_gate(config, market),
+    )
+
+
+def make_gate(config: Config, market: Market) -> SequentialGate | None:
+    """The run's selection gate (``training.selection``); None with ``selection.method=bonferroni``. Its resamples
+    come from a stream of their own, drawn once from the seed: every look and every resume sees the same ones."""
+    selection = config.selection
+    if selection.method != "bootstrap":
+        return None
+    validation = market.splits.validation
+    relatives = to_host(market.relatives[validation.start : validation.stop])  # (D, N)
+    mean_block = selection.block_days or validation_block_length(relatives)
+    return SequentialGate(
+        len(validation),
+        alpha=selection.alpha,
+        draws=selection.bootstrap_draws,
+        mean_block=mean_block,
+        half_spent_at=selection.half_spent_at,
+        generator=gate_generator(config.runtime.seed),
+    )
