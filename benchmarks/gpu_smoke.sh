@@ -19,15 +19,20 @@
 #
 # Needs pytest: pip install -r requirements-dev.txt (its torch range accepts a CUDA image's own build).
 # Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (generations per timing, default 3; the first is left
-# out of the medians), GPU_SMOKE_SOAK_GENERATIONS (default 0: no soak), GPU_SMOKE_WORK (folder for runs and logs,
-# kept; default a temporary one, removed when every check passed), GPU_SMOKE_DRY_RUN=1 (print the commands, one a
-# line, and run none; assumes 2 GPUs).
+# out of the medians), GPU_SMOKE_SOAK_GENERATIONS (default 0: no soak), GPU_SMOKE_SECTIONS (some of "tests paper
+# default roofline backtest resume soak sharded", run in the order given, for a call that fits a device's time;
+# default all), GPU_SMOKE_WORK (folder for runs and logs, kept; default a temporary one, removed when every check
+# passed),
+# GPU_SMOKE_DRY_RUN=1 (print the commands, one a line, and run none; assumes 2 GPUs).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 GENERATIONS="${GPU_SMOKE_GENERATIONS:-3}"
 SOAK_GENERATIONS="${GPU_SMOKE_SOAK_GENERATIONS:-0}"
+ALL_SECTIONS="tests paper default roofline backtest resume soak sharded"
+SECTIONS="${GPU_SMOKE_SECTIONS:-$ALL_SECTIONS}"
+SECTIONS="${SECTIONS//,/ }"
 DRY_RUN="${GPU_SMOKE_DRY_RUN:-0}"
 OUT="${1:-gpu_smoke.md}"
 [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"
@@ -329,6 +334,13 @@ sharded() {
     add ""
 }
 
+for section in $SECTIONS; do
+    if [[ " $ALL_SECTIONS " != *" $section "* ]]; then
+        echo "gpu_smoke.sh: unknown section $section in GPU_SMOKE_SECTIONS (sections: $ALL_SECTIONS)" >&2
+        exit 2
+    fi
+done
+
 if [[ "$DRY_RUN" == 1 ]]; then
     WORK="${GPU_SMOKE_WORK:-gpu-smoke-work}"
 else
@@ -345,14 +357,18 @@ else
     machine
 fi
 
-gpu_tests
-paper_timings
-default_timings
-roofline
-backtest_fold
-resume_on_cpu
-soak
-sharded
+for section in $SECTIONS; do
+    case "$section" in
+    tests) gpu_tests ;;
+    paper) paper_timings ;;
+    default) default_timings ;;
+    roofline) roofline ;;
+    backtest) backtest_fold ;;
+    resume) resume_on_cpu ;;
+    soak) soak ;;
+    sharded) sharded ;;
+    esac
+done
 
 [[ "$DRY_RUN" == 1 ]] && exit 0
 printf '%s' "$REPORT" >"$OUT"

@@ -140,3 +140,13 @@ def test_the_sharded_runs_differ_only_in_the_process_count_and_are_inspected(com
     assert runs[1].checkpoint.run_name != runs[2].checkpoint.run_name
     renamed = dataclasses.replace(runs[2].checkpoint, run_name=runs[1].checkpoint.run_name)
     assert dataclasses.replace(runs[2], checkpoint=renamed) == runs[1]
+
+
+def test_a_call_can_run_some_sections_and_an_unknown_one_is_refused_before_anything(tmp_path):
+    some = script(cwd=tmp_path, GPU_SMOKE_DRY_RUN="1", GPU_SMOKE_SECTIONS="resume,paper", GPU_SMOKE_WORK=str(tmp_path))
+    lines = [shlex.split(line)[1:] for line in some.stdout.splitlines()]
+    assert some.returncode == 0 and len(lines) == 6  # the resume's two runs, then four paper timings: as asked
+    assert all("cuda-then-cpu" in line for line in lines[:2])
+    assert all(line[0] == "benchmarks/memory_soak.py" for line in lines[2:])
+    bad = script(cwd=tmp_path, GPU_SMOKE_SECTIONS="paper bogus")
+    assert bad.returncode == 2 and "unknown section bogus" in bad.stderr and not bad.stdout
