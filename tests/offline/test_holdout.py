@@ -12,6 +12,7 @@ from config import ModelConfig, override, preset
 from environment.market import Market, Splits
 from models.networks import Actor
 from offline.holdout import run_range, score_champion, untrained_actor
+from tests.synthetic import make_population
 from training.rollout import validate
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
@@ -126,23 +127,13 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     population = untrained_actor(config, window, market.device)
     # Independently: the trainer's validation over the same windows, with the population as agents.
     from environment.vector_env import VectorPortfolioEnv
-    from models.population import Population
 
     validation = market.splits.validation
     starts = [validation.start - 1]  # one episode from cash over the whole range, as the trainer validates
     env = VectorPortfolioEnv(
         market, num_agents=7, num_episodes=1, episode_days=len(validation), lookback=4, cost_rate=config.env.cost_rate
     )
-    holder = Population(
-        5,
-        window,
-        config.model,
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=(0.1, 1.0),
-        device="cpu",
-        generator=torch.Generator().manual_seed(0),
-    )
+    holder = make_population(5, window, model=config.model)
     with torch.no_grad():
         for mine, theirs in zip(holder.actor.parameters(), population.parameters()):
             mine.copy_(theirs)

@@ -14,7 +14,7 @@ from environment.observation import WindowGatherer
 from models.ddpg import ddpg_update
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
-from tests.synthetic import make_market, random_simplex
+from tests.synthetic import make_market, make_population, random_simplex
 from training import sizing
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
@@ -27,17 +27,7 @@ def _config(**values) -> Config:
 
 
 def _population(config: Config, slots: range | None = None) -> Population:
-    return Population(
-        config.evolution.popsize,
-        WINDOW,
-        config.model,
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=(0.1, 1.0),
-        device="cpu",
-        generator=torch.Generator().manual_seed(0),
-        slots=slots,
-    )
+    return make_population(config.evolution.popsize, WINDOW, model=config.model, slots=slots)
 
 
 def _bytes(tensors) -> int:
