@@ -18,7 +18,7 @@ CPU run), while every operation is checked the way a GPU checks it, and more str
   largest value);
 * an event's elapsed time read before the host has synchronised after it was recorded;
 * with ``torch.cuda.set_sync_debug_mode("error")``: any operation that would make the host wait for the GPU (a
-  blocking copy either way, ``nonzero``, a host read, a synchronize).
+  blocking copy either way, host index tensors copied over, ``nonzero``, a host read, a synchronize).
 
 Under ``torch.autocast("cuda")`` the matmul family computes in the autocast dtype, as CUDA's autocast casts them.
 
@@ -412,6 +412,8 @@ class EmulatedCuda(TorchDispatchMode):
                 raise DeviceMismatchError(
                     f"{func}: host values of shape {tuple(host[0].shape)} put into a tensor on {CUDA}"
                 )
+            if any(_is_host(index) for index in _leaves(args[1], [])):  # a GPU copies them over, and waits
+                self.check_sync(f"{func}, host index tensors copied to the device")
             return True
         host = [t for t in tensors if _is_host(t) and t.dim() > 0]
         if host:
@@ -629,6 +631,9 @@ def emulate_cuda() -> Iterator[EmulatedCuda]:
         "_cuda_synchronize": mode.synchronize,
         "_cuda_set_sync_debug_mode": lambda level: setattr(mode, "sync_debug", int(level)),
         "_cuda_get_sync_debug_mode": lambda: mode.sync_debug,
+        "_cuda_resetPeakMemoryStats": lambda device=None: None,
+        "_cuda_resetAccumulatedMemoryStats": lambda device=None: None,
+        "_cuda_emptyCache": lambda: None,
     }
     patches = {
         (cuda, "_initialized"): True,

@@ -157,8 +157,9 @@ def test_an_events_time_is_read_only_after_the_host_synchronised():
         lambda d: d.copy_(torch.ones(3, 4)),
         lambda d: torch.tensor([1.0], device="cuda"),
         lambda d: torch.cuda.synchronize(),
+        lambda d: d[torch.tensor([0, 2])],
     ],
-    ids=["copy back", "nonzero", "blocking copy over", "tensor from host data", "synchronize"],
+    ids=["copy back", "nonzero", "blocking copy over", "tensor from host data", "synchronize", "host index"],
 )
 def test_under_sync_debug_mode_error_every_wait_for_the_device_raises(mode, wait):
     device = device_randn(3, 4)
