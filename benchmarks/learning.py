@@ -13,7 +13,7 @@ weight (daily) and the rule that knows the planted signal. Printed per run, and 
 * ``turnover_ratio``: the champion's turnover over equal weight's (the no-signal target is <= 2);
 * ``return_gap``: champion minus equal weight, total return in points (the no-signal target is within 2);
 * ``crowned``: the generation the champion was crowned in, 0 when no agent proved an edge (equal weight);
-* ``rule_edge``: the selection test's bound for the rule itself on the validation days, at the run's last critical
+* ``rule_bound``: the selection test's bound for the rule's edge on the validation days, at the run's last critical
   t (%/year): when it is near or below 0, even a perfect learner could not be crowned on that much validation;
 * ``rule_t``: the rule's own t statistic of its daily excess over equal weight on the validation days (a single
   one-sided 5% test passes above 1.645), and ``last_z`` the run's last critical t.
@@ -111,7 +111,7 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     rule_validation = rule_log_returns(market, synthetic.rule_weights, market.splits.validation, config.env.cost_rate)
     equal_validation = np.asarray(results["validation"].traces["equal_weight"].log_returns, dtype=np.float64)
     z = read_rows(trainer.checkpoints.metrics_path)[-1]["selection_z"]  # the run's last critical t
-    rule_edge = edge_bounds(torch.as_tensor(rule_validation)[None], torch.as_tensor(equal_validation), z=z)[0]
+    rule_bound = edge_bounds(torch.as_tensor(rule_validation)[None], torch.as_tensor(equal_validation), z=z)[0]
     rule_t = float(t_statistics(torch.as_tensor(rule_validation - equal_validation)[None])[0])
     return {
         "kind": kind,
@@ -126,8 +126,8 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
         "sharpe": champion.sharpe,
         "sharpe_equal_weight": equal.sharpe,
         "crowned": trainer.champion.generation,
-        "edge": trainer.champion.bound,
-        "rule_edge": float(rule_edge),
+        "bound": trainer.champion.bound,
+        "rule_bound": float(rule_bound),
         "rule_t": rule_t,
         "last_z": z,
         "train_s": seconds,
@@ -136,7 +136,7 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
 
 HEADER = (
     f"{'market':<12}{'seed':>5}{'champion':>10}{'equal w.':>10}{'rule':>10}{'of rule':>9}"
-    f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'rule edge':>11}{'rule t':>8}{'last z':>8}{'train s':>9}"
+    f"{'turnover x':>12}{'gap pts':>9}{'crowned':>9}{'rule bound':>11}{'rule t':>8}{'last z':>8}{'train s':>9}"
 )
 
 
@@ -146,7 +146,7 @@ def format_row(kind: str, seed: int, row: dict) -> str:
     return (
         f"{kind:<12}{seed:>5}{row['champion']:>+10.3f}{row['equal_weight']:>+10.3f}{row['rule']:>+10.3f}"
         f"{of_rule:>9}{row['turnover_ratio']:>12.2f}{row['return_gap']:>+9.2f}{row['crowned']:>9}"
-        f"{row['rule_edge'] * 100:>+10.1f}%{row['rule_t']:>8.2f}{row['last_z']:>8.2f}{row['train_s']:>9.0f}"
+        f"{row['rule_bound'] * 100:>+10.1f}%{row['rule_t']:>8.2f}{row['last_z']:>8.2f}{row['train_s']:>9.0f}"
     )
 
 
