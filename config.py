@@ -463,8 +463,8 @@ def add_run_flags(parser: Any) -> None:
 
 
 def flag_settings(args: Any, flags: dict[str, str] = RUN_FLAGS) -> dict[str, Any]:
-    """The dotted settings a parsed command line names, ``--set`` and ``flags`` (flag -> key) alike; a flag given
-    as ``None`` (absent, or ``--no-progress`` unset) names nothing.
+    """The dotted settings a parsed command line names, ``--set`` and ``flags`` (flag -> key) alike; a flag whose
+    value is ``None`` (absent) names nothing.
 
     Raises:
         InputError: a flag and a ``--set`` of its key that disagree.
@@ -472,8 +472,6 @@ def flag_settings(args: Any, flags: dict[str, str] = RUN_FLAGS) -> dict[str, Any
     settings: dict[str, Any] = dict(parse_assignments(args.set))
     for flag, key in flags.items():
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
-        if flag == "--no-progress":
-            value = False if value else None
         if value is None:
             continue
         if key in settings and coerce_setting(key, settings[key]) != coerce_setting(key, value):

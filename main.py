@@ -68,7 +68,8 @@ def _train_parser() -> argparse.ArgumentParser:
         help="with --resume or --resume-or-start: when the newest generations are damaged, set them aside "
         "(gen-NNNNNN.damaged-TIME, never deleted) and continue from the newest intact one instead of refusing",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # Its value is runtime.progress's: False when given, None (nothing named) when not.
+    parser.add_argument("--no-progress", action="store_const", const=False, help="no progress bar")
     parser.add_argument(
         "--tensorboard", action="store_true", help="also log every generation to <run>/tensorboard (needs tensorboard)"
     )

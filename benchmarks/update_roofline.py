@@ -138,9 +138,10 @@ def measure(config: Any, *, updates: int) -> dict[str, Any]:
         with KernelCount() as kernels:
             trainer.updates.step()
         compulsory = compulsory_bytes(trainer)
-        step = trainer.updates.graphed  # the loop's update: graphed with runtime.cuda_graphs on CUDA
-        trainer.updates._sampled_size = trainer.buffer.size
-        seconds = timed(step, device, repeats=updates, warmup=step.warmup + 2)  # past the warm-up and the capture
+        # The loop's update, as the update phase calls it: graphed with runtime.cuda_graphs on CUDA.
+        trainer.updates.begin(frozen=torch.zeros(len(trainer.sharding.slots), dtype=torch.bool))
+        graphed = trainer.updates.graphed
+        seconds = timed(trainer.updates, device, repeats=updates, warmup=graphed.warmup + 2)  # past the capture
         precision = torch.get_float32_matmul_precision()
         peaks = measured_peaks(device, size=8192 if device.type == "cuda" else 1024)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -153,7 +154,7 @@ def measure(config: Any, *, updates: int) -> dict[str, Any]:
                 "num_assets": trainer.market.num_assets,
                 "widths": [config.model.encoder_hidden, config.model.embedding, config.model.head_hidden],
             },
-            "cuda_graphs": step.enabled,
+            "cuda_graphs": graphed.enabled,
             "matmul_precision": precision,
             "update_s": seconds,
             "flop_per_update": flops.get_total_flops(),

@@ -27,7 +27,7 @@ them)."""
 
 def holds_the_buffer(name: str) -> bool:
     """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
-    its segments ``replay-000``, ``replay-001``, ... (``ReplayBuffer.checkpoint_groups``)."""
+    its segments ``replay-000``, ``replay-001``, ... (``checkpoint_groups``)."""
     return name.startswith("replay")
 
 

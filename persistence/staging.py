@@ -41,7 +41,7 @@ class StagingBuffers:
         Args:
             groups: group name -> key -> source tensor; the same names, shapes and dtypes at every call.
             rows: for a group named here, only the first ``rows[group]`` rows of each tensor are copied and
-                returned (the filled part of a buffer whose buffers have its full capacity).
+                returned (the filled part of the replay buffer, whose tensors have its full capacity).
 
         The staged copies stay valid until the next ``capture``.
         """

@@ -3,7 +3,7 @@
 Every step of a generation runs on the training device: the rollouts, validation, evolution's copies and the DDPG
 updates. The decisions (the selection gate, crowning, the evolution plan) and the record are taken on the host, in
 float64, from CPU tensors. Device results reach the host through ``to_host`` only, at two points of a generation:
-the evidence the decisions need (fitness and validation returns, ``Trainer._validate_and_crown``) and the update's
+the evidence the decisions need (fitness and validation returns, ``Trainer._validate``) and the update's
 losses (``Trainer._update``); once at start, the validation days' price relatives for the gate's block length.
 The checkpoint's copies go through their own pinned staging buffers (``persistence.staging``).
 

@@ -65,6 +65,30 @@ def rollout_day(
     )
 
 
+def bind_rollout_day(
+    population: Population,
+    env: VectorPortfolioEnv,
+    buffer: ReplayBuffer,
+    *,
+    exploring: torch.Tensor,
+    stored_episodes: int,
+    generator: torch.Generator,
+    share: Callable[[Step], Step] = lambda step: step,
+) -> Callable[[], None]:
+    """``rollout_day`` bound to its arguments, a step of no arguments (``training.graphs``); ``exploring`` (E,) as
+    for ``collect``."""
+    return functools.partial(
+        rollout_day,
+        population,
+        env,
+        buffer,
+        noise_scale=exploration_scale(population, exploring),
+        stored_episodes=stored_episodes,
+        generator=generator,
+        share=share,
+    )
+
+
 @torch.no_grad()
 def collect(
     population: Population,
@@ -82,7 +106,7 @@ def collect(
     ``exploring`` (E,) is True add Gaussian noise of the agent's stdev to its logits.
 
     Args:
-        day: ``rollout_day`` bound to these arguments, as the trainer keeps it (graphed on CUDA, ``training.graphs``);
+        day: ``bind_rollout_day`` of these arguments, as the trainer keeps it (graphed on CUDA, ``training.graphs``);
             by default it is bound here.
 
     Returns:
@@ -90,9 +114,8 @@ def collect(
     """
     env.reset(start_days)
     if day is None:
-        scale = exploration_scale(population, exploring)
-        arguments = {"noise_scale": scale, "stored_episodes": stored_episodes, "generator": generator, "share": share}
-        day = functools.partial(rollout_day, population, env, buffer, **arguments)
+        arguments = {"exploring": exploring, "stored_episodes": stored_episodes, "generator": generator, "share": share}
+        day = bind_rollout_day(population, env, buffer, **arguments)
     written = population.popsize * stored_episodes  # every rank's transitions of a day
     for _ in range(env.episode_days):
         day()
@@ -124,6 +147,11 @@ def validation_day(population: Population, env: VectorPortfolioEnv, equal: torch
     env.apply(actions)
 
 
+def bind_validation_day(population: Population, env: VectorPortfolioEnv) -> Callable[[], None]:
+    """``validation_day`` bound to its arguments, a step of no arguments (``training.graphs``)."""
+    return functools.partial(validation_day, population, env, equal_weights(env))
+
+
 @torch.no_grad()
 def validate(
     population: Population,
@@ -133,7 +161,7 @@ def validate(
     day: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """Deterministic policies of the P agents, the champion and equal weight on the same days, a ``validation_day``
-    at a time (``day``: bound to these arguments, as the trainer keeps it; by default bound here).
+    at a time (``day``: ``bind_validation_day`` of these arguments, as the trainer keeps it; by default bound here).
 
     ``env`` has P + 2 agents: the population (the agents held here), then the champion, then equal weight (1/N in
     every asset, rebalanced daily), the baseline of ``training.selection``. Validation runs its range as one episode.
@@ -142,7 +170,7 @@ def validate(
         (P + 2, E * D) daily log returns net of costs, episodes in order, the champion and equal weight last.
     """
     env.reset(start_days)
-    day = day or functools.partial(validation_day, population, env, equal_weights(env))
+    day = day or bind_validation_day(population, env)
     for _ in range(env.episode_days):
         day()
     return env.rewards_per_episode.flatten(1)
@@ -224,14 +252,12 @@ class Rollouts:
         self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
         self.share = SharedSteps(sharding, num_episodes=rollout.episodes, num_assets=market.num_assets)
         self.episodes_generator = generators["episodes"]
-        exploration = generators["exploration"]
-        self.exploration_generator = exploration
-        day = functools.partial(
-            rollout_day,
+        self.exploration_generator = exploration = generators["exploration"]
+        day = bind_rollout_day(
             population,
             self.env,
             buffer,
-            noise_scale=exploration_scale(population, self.exploring),
+            exploring=self.exploring,
             stored_episodes=self.stored_episodes,
             generator=exploration,
             share=self.share,
@@ -285,8 +311,7 @@ class Validation:
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
         )
-        day = functools.partial(validation_day, population, self.env, equal_weights(self.env))
-        self.day = GraphedStep(day, device=market.device, enabled=graphs)
+        self.day = GraphedStep(bind_validation_day(population, self.env), device=market.device, enabled=graphs)
 
     def run(self) -> torch.Tensor:
         """(P + 2, D) daily log returns of the agents held here, the champion and equal weight, on the device."""

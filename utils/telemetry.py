@@ -25,7 +25,7 @@ MEMORY_KEYS = (
     "python_blocks",
     "python_references",
 )
-"""The memory figures of every generation's metrics row (``Trainer._telemetry``), in one place."""
+"""The memory figures of every generation's metrics row (``Telemetry.measure``), in one place."""
 
 
 def rss_bytes() -> int:

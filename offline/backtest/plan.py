@@ -26,7 +26,7 @@ class Fold:
     seed: int
     config: Config
     fingerprint: str
-    """``training.loop.market_fingerprint`` of the fold's market: what its run must be trained on."""
+    """``persistence.provenance.market_fingerprint`` of the fold's market: what its run must be trained on."""
 
     @property
     def name(self) -> str:

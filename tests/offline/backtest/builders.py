@@ -1,10 +1,12 @@
-"""What the backtest tests build: a small config, the command line, a listing of files, fold results."""
+"""What the backtest tests build: a small config, the command line, a listing of files, fold results; and the
+check that a command was refused in one line."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import main
 from config import override, preset
 from offline.backtest.results import STRATEGIES
 
@@ -42,6 +44,14 @@ def backtest_command(prices: Path, root: Path) -> list[str]:
         "--no-progress",
         "--json",
     ]
+
+
+def refusal(command: list[str], capsys) -> str:
+    """Run ``command``: it must exit with status 2, print nothing to stdout and one line to stderr; that line."""
+    assert main.main(command) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    return err
 
 
 def files_under(folder: Path) -> dict[str, bytes]:

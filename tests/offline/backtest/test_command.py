@@ -18,7 +18,7 @@ import torch
 import main
 from benchmarks.naive_selection import naive_fold
 from offline.backtest.report import OUTPUTS
-from tests.offline.backtest.builders import ROOT, backtest_command, files_under
+from tests.offline.backtest.builders import ROOT, backtest_command, files_under, refusal
 
 
 def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
@@ -81,9 +81,7 @@ def test_continuing_on_other_data_is_refused(prices, tmp_path, capsys):
     frame.iloc[-1, 1] *= 1.01  # one price of the last day of 2005: test year 2004's market is unchanged
     frame.to_csv(data, index=False)
     before = files_under(folder)
-    assert main.main(command) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1, err
+    err = refusal(command, capsys)
     assert f"the data changed: {data} no longer gives test year 2005 the market fold-2005-seed-0 was trained on" in err
     assert f"{folder / 'folds' / 'fold-2005-seed-0.json'} records market fingerprint" in err
     assert files_under(folder) == before
@@ -108,9 +106,7 @@ def test_folders_where_the_backtests_files_go_are_refused_before_anything_is_wri
         (folder / name).unlink()
         (folder / name).mkdir()
         before = files_under(folder)
-        assert main.main(command) == 2
-        out, err = capsys.readouterr()
-        assert out == "" and len(err.strip().splitlines()) == 1, err
+        err = refusal(command, capsys)
         assert f"{folder / name} is a folder" in err and "move it away" in err
         assert files_under(folder) == before
         (folder / name).rmdir()
@@ -123,9 +119,8 @@ def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
         ([*backtest_command(prices, tmp_path), "--name", "taken"], "use another --name"),
         (backtest_command(prices, taken), "give --checkpoint-uri a folder"),
     ):
-        assert main.main(command) == 2
-        out, err = capsys.readouterr()
-        assert out == "" and len(err.strip().splitlines()) == 1 and f"{taken} is a file" in err and phrase in err
+        err = refusal(command, capsys)
+        assert f"{taken} is a file" in err and phrase in err
         assert [p.name for p in tmp_path.iterdir()] == ["taken"] and taken.read_text() == "notes\n"
 
 
@@ -152,9 +147,6 @@ def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
     ],
 )
 def test_bad_backtest_input_is_one_line_and_writes_nothing(prices, tmp_path, capsys, args, phrase):
-    command = backtest_command(prices, tmp_path / "root")
-    status = main.main([*command, *args])
-    out, err = capsys.readouterr()
-    assert status == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and phrase in err, err
+    err = refusal([*backtest_command(prices, tmp_path / "root"), *args], capsys)
+    assert phrase in err, err
     assert not (tmp_path / "root").exists()
