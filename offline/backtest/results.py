@@ -187,7 +187,7 @@ def run_fold(
             "test": [market.dates[splits.holdout.start], market.dates[splits.holdout.stop - 1]],
         },
         "champion_generation": trainer.champion.generation,
-        "champion_edge": trainer.champion.bound,
+        "champion_bound": trainer.champion.bound,  # results of earlier versions named it champion_edge
         "deflated_sharpe": overfitting["deflated_sharpe"],
         "pbo": overfitting["pbo"],
         "diagnostics": overfitting,

@@ -11,6 +11,7 @@ import pytest
 import main
 from offline.backtest import results
 from offline.backtest.plan import Fold
+from persistence import checkpoint
 from tests.offline.backtest.builders import backtest_command, damaged, files_under, fold_result, refusal, small_config
 
 
@@ -58,6 +59,8 @@ def test_folds_carry_their_runs_overfitting_diagnostics(prices, tmp_path, capsys
     printed = capsys.readouterr().out
     result = json.loads((tmp_path / "backtest" / "folds" / "fold-2005-seed-0.json").read_text())
     diagnostics = result["diagnostics"]
+    state = checkpoint.read_document(checkpoint.open_generation(tmp_path / "backtest" / "fold-2005-seed-0"), "state")
+    assert "champion_edge" not in result and result["champion_bound"] == state["champion_bound"]  # a bound, named so
     assert diagnostics["trials"] == 8
     assert diagnostics["deflated_sharpe_of"] == ("champion" if result["champion_generation"] else "best candidate")
     assert result["deflated_sharpe"] == diagnostics["deflated_sharpe"] and 0.0 <= result["deflated_sharpe"] <= 1.0
