@@ -27,7 +27,8 @@ without their effects (every tensor and device generator it changed is put back)
 operations again on the same tensors, with the arguments they had at the capture. So what a GPU bakes into a graph
 is baked here: a Python value read at the capture, host work done once at the capture and never replayed, a graph's
 outputs overwritten by the next replay. In a capture, an operation that would make the host wait fails, and so does
-a draw from a generator not registered with the graph.
+a draw from a generator not registered with the graph. A graph's memory pool lives as long as a graph captured into
+it: capturing into a pool whose graphs have all been destroyed fails, as CUDA's caching allocator asserts.
 
 torch's own ``torch.cuda`` Python runs where the product calls it and only the C bindings under it are emulated
 (memory statistics, the current device, the sync debug mode), so what torch's Python does on a GPU (garbage
@@ -40,6 +41,7 @@ values, so the gate and the record could not run, and on a build without CUDA it
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import weakref
 from collections.abc import Iterator
@@ -252,11 +254,14 @@ class _Graph:
         self.mode = mode
         self.operations: list[tuple[Any, tuple, dict, Any]] = []
         self.generators: set[int] = set()
+        self._pool: tuple[int, int] | None = None
 
     def register_generator_state(self, generator: torch.Generator) -> None:
         self.generators.add(id(generator.dispatched))
 
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self._pool = new_pool() if pool is None else tuple(pool)
+        self.mode.join_pool(self, self._pool)
         self.operations.clear()
         self.mode.begin_capture(self)
 
@@ -272,7 +277,17 @@ class _Graph:
         self.operations.clear()
 
     def pool(self) -> tuple[int, int]:
-        return (0, id(self))
+        if self._pool is None:
+            self._pool = new_pool()
+        return self._pool
+
+
+_pool_ids = itertools.count(1)
+
+
+def new_pool() -> tuple[int, int]:
+    """A memory pool's handle, as ``torch.cuda.graph_pool_handle`` gives one: no pool exists until a capture uses it."""
+    return (0, next(_pool_ids))
 
 
 class EmulatedCuda(TorchDispatchMode):
@@ -287,6 +302,7 @@ class EmulatedCuda(TorchDispatchMode):
         self.capturing: _Graph | None = None
         self._saved: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}  # storages a capture changed
         self._saved_generators: list[tuple[Any, torch.Tensor]] = []
+        self.pool_users: dict[tuple[int, int], int] = {}  # live graphs captured into each pool
 
     def synchronize(self) -> None:
         """The host waits for the device: copies in flight land."""
@@ -303,6 +319,20 @@ class EmulatedCuda(TorchDispatchMode):
             raise SyncError(f"called a synchronizing CUDA operation: {what}")
 
     # ------------------------------------------------------------------ CUDA graphs
+
+    def join_pool(self, graph: _Graph, pool: tuple[int, int]) -> None:
+        """``graph`` is captured into ``pool``. A pool is freed with the last graph that used it, after which the
+        caching allocator asserts on a capture into it (so a graph replaced by a new capture must outlive it)."""
+        if self.pool_users.get(pool) == 0:
+            raise RuntimeError(
+                "it->second->use_count > 0 INTERNAL ASSERT FAILED at CUDACachingAllocator.cpp: a capture into the "
+                f"memory pool {pool}, freed with the last graph captured into it"
+            )
+        self.pool_users[pool] = self.pool_users.get(pool, 0) + 1
+        weakref.finalize(graph, self._leave_pool, pool)
+
+    def _leave_pool(self, pool: tuple[int, int]) -> None:
+        self.pool_users[pool] -= 1
 
     def begin_capture(self, graph: _Graph) -> None:
         if self.capturing is not None:
@@ -652,7 +682,7 @@ def emulate_cuda() -> Iterator[EmulatedCuda]:
         (cuda, "current_stream"): lambda device=None: stream(),
         (cuda, "stream"): lambda stream=None: contextlib.nullcontext(),
         (cuda, "CUDAGraph"): lambda keep_graph=False: _Graph(mode),
-        (cuda, "graph_pool_handle"): lambda: (0, 0),
+        (cuda, "graph_pool_handle"): new_pool,
         (torch.version, "cuda"): "emulated",
         (torch, "Generator"): _generator_class(torch.Generator),
         (torch.Tensor, "to"): _to,

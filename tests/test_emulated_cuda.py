@@ -197,6 +197,28 @@ def test_torch_cudas_python_runs_on_the_emulated_bindings(mode):
         gc.enable()
 
 
+def test_a_graphs_memory_pool_is_freed_with_its_last_graph(mode):
+    """As CUDA's caching allocator: a pool lives while a graph captured into it does; a capture into a pool whose
+    graphs are all gone fails (the first GPU found it on the update's recapture), with one alive it shares the pool."""
+    tensor = torch.zeros(3, device="cuda")
+    pool = torch.cuda.graph_pool_handle()
+
+    def captured() -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=pool)
+        tensor.add_(1.0)
+        graph.capture_end()
+        return graph
+
+    first = captured()
+    second = captured()  # the first still holds the pool
+    assert second.pool() == first.pool() == pool
+    del first, second
+    with pytest.raises(RuntimeError, match="use_count > 0"):
+        captured()
+    assert torch.cuda.CUDAGraph().pool() != torch.cuda.graph_pool_handle()  # every handle a pool of its own
+
+
 def test_device_tensors_are_refused_outside_the_emulation():
     with emulate_cuda() as emulation:
         tensor = device_randn(2)

@@ -14,7 +14,9 @@ What a step must be for that (the rollout's and validation's days and the update
   state and histories, the loss sums); what it allocates lives in the graph's memory pool and is overwritten by the
   next replay;
 * every Python value it reads (a shape, a config constant, the buffer's size a draw is bounded by) is baked into the
-  graph: a step whose such value changes is ``invalidate``d and captured again;
+  graph: a step whose such value changes is ``invalidate``d and captured again, into the same memory pool (the graph
+  it replaces lives until then: a pool is freed with its last graph, and CUDA's allocator cannot capture into a
+  freed one);
 * its random draws come from the run's device generators, registered with the graph, so each replay draws what the
   eager call would have drawn, and reseeding a generator between replays is seen.
 
@@ -59,6 +61,7 @@ class GraphedStep:
         """Graphs captured so far (a recapture after ``invalidate`` counts)."""
         self._warmed = 0
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._stale = False  # ``_graph`` baked in a Python value that has changed since
         self._stream = torch.cuda.Stream(device) if self.enabled else None  # captures must not run on the default
         self._pool = torch.cuda.graph_pool_handle() if self.enabled else None  # one pool for this step's graphs
 
@@ -66,7 +69,7 @@ class GraphedStep:
         if not self.enabled:
             self.step()
             return
-        if self._graph is None:
+        if self._graph is None or self._stale:
             if self._warmed < self.warmup:
                 self._on_side_stream(self.step)
                 self._warmed += 1
@@ -76,7 +79,7 @@ class GraphedStep:
 
     def invalidate(self) -> None:
         """A Python value the step reads has changed: the next call captures it again."""
-        self._graph = None
+        self._stale = True
 
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
@@ -90,9 +93,8 @@ class GraphedStep:
             finally:
                 graph.capture_end()
 
-        self._graph = None  # the graph it replaces goes back to the pool first
-        self._on_side_stream(capture)
-        self._graph = graph
+        self._on_side_stream(capture)  # the graph it replaces, if any, keeps the pool alive until this one holds it
+        self._graph, self._stale = graph, False
         self.captures += 1
 
     def _on_side_stream(self, work: Callable[[], None]) -> None:
