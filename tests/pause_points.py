@@ -1,7 +1,12 @@
-"""Stop a checkpoint writer at a named moment, so a test can SIGKILL it exactly there.
+"""Stop a run at a named moment, so a test can SIGKILL it exactly there.
 
-Test-only: it wraps three steps of ``persistence.checkpoint.write_generation`` from the outside, so product code carries
-no hook. The moments, in the order a generation is written:
+Test-only: it wraps a trainer phase and three steps of ``persistence.checkpoint.write_generation`` from the outside,
+so product code carries no hook. The moment inside a generation's training:
+
+* ``updating``: the generation's DDPG updates are about to run (its rollouts, validation and evolution are done); the
+  training loop stops there, and the checkpoint writer's thread goes on writing the generation before it.
+
+The moments in the order a generation is written:
 
 * ``files-written``: every payload file is in the temporary folder, the manifest is not;
 * ``manifest-written``: the manifest too, and the temporary folder is fsynced, but not yet renamed into place;
@@ -25,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MOMENTS = ("files-written", "manifest-written", "renamed", "latest-written")
+MOMENTS = ("updating", "files-written", "manifest-written", "renamed", "latest-written")
 _TMP_DIR = re.compile(r"\.gen-(\d+)\.tmp-\d+")
 
 
@@ -66,12 +71,17 @@ def install(spec: str) -> None:
         write_latest(run_dir, generation)
         pause(Path(run_dir), generation, "latest-written")
 
-    record = Trainer._record
+    update, record = Trainer._update, Trainer._record
+
+    def pause_then_update(trainer: Trainer, *args, **kwargs):
+        pause(trainer.run_dir, trainer.generation + 1, "updating")  # generation counts up once the update is done
+        return update(trainer, *args, **kwargs)
 
     def say_then_record(trainer: Trainer, *args, **kwargs):
         (trainer.run_dir / f".recording-{trainer.generation}").touch()
         return record(trainer, *args, **kwargs)
 
+    Trainer._update = pause_then_update
     Trainer._record = say_then_record
     checkpoint._write_durably = write_durably_then_pause
     checkpoint._fsync_dir = fsync_dir_then_pause

@@ -94,15 +94,16 @@ def test_sigkill_while_writing_a_checkpoint_in_the_background(tmp_path, referenc
 
 def test_sigkill_in_the_middle_of_a_generation(tmp_path, reference):
     root = tmp_path / "runs"
-    process = start(root, "r", "--generations", str(GENERATIONS))
-    metrics = root / "r" / "metrics.jsonl"
-    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2)
-    time.sleep(0.05)  # inside generation 3's rollouts or updates
+    process = start(root, "r", "--generations", str(GENERATIONS), pause="updating@3")
+    run_dir = root / "r"
+    # Killed inside generation 3's training, once generation 2's background write is complete.
+    wait_for(lambda: (run_dir / ".paused-updating").exists() and checkpoint.latest_generation(run_dir) == 2)
     process.kill()
     process.communicate()
-    assert checkpoint.latest_generation(root / "r") in (2, 3)
+    assert checkpoint.complete_generations(run_dir) == [1, 2]
+    (run_dir / ".paused-updating").unlink()
     resume(root, "r")
-    assert_same_end(root / "r", reference)
+    assert_same_end(run_dir, reference)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
