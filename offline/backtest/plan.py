@@ -13,11 +13,14 @@ import torch
 from config import Config, dotted, override
 from persistence.provenance import market_fingerprint
 from training.fitness import training_windows
+from training.runs import RESUMABLE_CHANGES
 from training.setup import load_market, load_table
 from utils.errors import ConfigError, InputError
 
 DEFAULT_FOLDS = 4
 """Test years when neither ``--folds`` nor ``--years`` is given: the last four of the data."""
+HOW_IT_RUNS = RESUMABLE_CHANGES - {"runtime.generations"}
+"""Settings a fold may continue with changed (those of a resumed run, not the length): not part of the plan."""
 
 
 @dataclass(frozen=True)
@@ -98,21 +101,22 @@ def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:
 def plan_document(config: Config, folds: list[Fold]) -> dict[str, Any]:
     base = config.to_dict()
     base["checkpoint"] = {k: v for k, v in base["checkpoint"].items() if k not in ("uri", "run_name", "local_dir")}
-    base["runtime"] = {k: v for k, v in base["runtime"].items() if k not in ("progress", "device")}
+    base["runtime"] = {k: v for k, v in base["runtime"].items() if f"runtime.{k}" not in HOW_IT_RUNS}
     return {"config": base, "folds": [{"year": f.year, "seed": f.seed} for f in folds]}
 
 
 def plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
-    """The first thing ``saved`` (plan.json) and ``plan`` (this command) disagree on, in words; None if nothing."""
+    """The first thing ``saved`` (plan.json) and ``plan`` (this command) disagree on, in words; None if nothing.
+    Settings in ``HOW_IT_RUNS`` that an older plan.json holds are not compared."""
     if saved.get("folds") != plan["folds"]:
         before, now = _folds_text(saved.get("folds")), _folds_text(plan["folds"])
         return f"the test years and seeds ({before} in plan.json, now {now})"
-    old, new = dotted(saved["config"]), dotted(plan["config"])
+    old, new = ({k: v for k, v in dotted(d["config"]).items() if k not in HOW_IT_RUNS} for d in (saved, plan))
     for key in sorted(old.keys() | new.keys()):
         if old.get(key, ...) != new.get(key, ...):
             before, now = (repr(d[key]) if key in d else "not set" for d in (old, new))
             return f"{key} ({before} in plan.json, now {now})"
-    return None if saved == plan else "plan.json holds other keys"
+    return None if saved.keys() == plan.keys() else "plan.json holds other keys"
 
 
 def _folds_text(folds: Any) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from config import override
 from environment.features import WARMUP_DAYS
-from offline.backtest.plan import plan_folds
+from offline.backtest.plan import plan_difference, plan_document, plan_folds
 from tests.offline.backtest.builders import small_config
 from training.setup import load_market
 from utils.errors import ConfigError
@@ -53,3 +53,18 @@ def test_plans_that_cannot_be_run_are_refused(prices):
     # Three years of data: the default four test years are named as the default, not as a flag nobody typed.
     with pytest.raises(ConfigError, match=r"^the default --folds 4: the data spans 3 calendar years"):
         plan_folds(override(config, {"data.start": "2003-01-01"}), seeds=[0])
+
+
+def test_a_plan_holds_what_a_fold_computes_not_how_it_runs(prices):
+    """A fold continues with any setting a resumed run may change but its length, as an older plan.json that still
+    holds such settings does; a setting that changes what a fold computes is named."""
+    config = small_config(prices)
+    saved = plan_document(config, [])
+    how = {"runtime.device": "cpu", "runtime.cuda_graphs": not config.runtime.cuda_graphs, "runtime.census_share": 1.0}
+    assert plan_difference(saved, plan_document(override(config, how), [])) is None
+    older = {**saved, "config": {**saved["config"], "runtime": {**saved["config"]["runtime"], "cuda_graphs": False}}}
+    assert plan_difference(older, plan_document(config, [])) is None
+    changed = plan_document(override(config, {"runtime.generations": config.runtime.generations + 1}), [])
+    assert plan_difference(saved, changed).startswith("runtime.generations (")
+    changed = plan_document(override(config, {"runtime.matmul_precision": "high"}), [])
+    assert plan_difference(saved, changed).startswith("runtime.matmul_precision (")
