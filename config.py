@@ -260,8 +260,8 @@ class RuntimeConfig:
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
     census_share: float = 0.01
     """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
-    cuda_graphs: bool = False
-    """On CUDA: replay a DDPG update and a day of the rollout and of validation as CUDA graphs (training.graphs)."""
+    cuda_graphs: bool = True
+    """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (training.graphs)."""
     collective_timeout_s: float = 300.0
     """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -100,9 +99,23 @@ def plan_left_on_the_host(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(EvolutionPlan, "to", lambda plan, device: plan)
 
 
+class WithoutWaits:
+    """A stream whose ``synchronize`` returns at once; anything else is the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def synchronize(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def staging_without_its_wait(mp: pytest.MonkeyPatch) -> None:
     # The pinned copies are queued, and the writer reads the buffers without the host ever waiting for them.
-    mp.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(synchronize=lambda: None))
+    current_stream = torch.cuda.current_stream
+    mp.setattr(torch.cuda, "current_stream", lambda device=None: WithoutWaits(current_stream(device)))
 
 
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
