@@ -48,8 +48,8 @@ class ObservationNoise(NamedTuple):
 
 
 class UpdateLosses(NamedTuple):
-    critic: torch.Tensor
-    """(P,) mean squared TD error of each critic, detached."""
+    critic: torch.Tensor | None
+    """(P,) mean squared TD error of each critic, detached; None when nothing reads the critic (``trains_critic``)."""
     actor: torch.Tensor
     """(P,) mean -Q of each actor's actions, detached."""
 
@@ -80,18 +80,21 @@ def ddpg_update(
             )
             windows.add_(draws[observation_noise.rows], alpha=observation_noise.stdev)
 
-    with torch.no_grad():
-        next_actions = population.actor_target(batch.next_windows, batch.next_weights)
-        next_q = population.critic_target(batch.next_windows, batch.next_weights, next_actions)
-        # Truncation is not an end: only termination stops the bootstrap.
-        target_q = batch.rewards + gamma * (1.0 - batch.terminated) * next_q  # (P, B)
-
-    q = critic(batch.windows, batch.weights, batch.actions)  # (P, B)
-    critic_loss = (q - target_q).pow(2).mean(dim=1)  # (P,)
-    population.critic_optim.zero_grad()
-    critic_loss.sum().backward()
-    clip_grad_norm_per_agent_(population.critic_optim.params, max_grad_norm)
-    population.critic_optim.step()
+    critic_loss = None
+    if trains_critic(objective, gamma):
+        target_q = batch.rewards  # with gamma 0 the next day's value is multiplied by zero: not computed
+        if gamma > 0:
+            with torch.no_grad():
+                next_actions = population.actor_target(batch.next_windows, batch.next_weights)
+                next_q = population.critic_target(batch.next_windows, batch.next_weights, next_actions)
+                # Truncation is not an end: only termination stops the bootstrap.
+                target_q = batch.rewards + gamma * (1.0 - batch.terminated) * next_q  # (P, B)
+        q = critic(batch.windows, batch.weights, batch.actions)  # (P, B)
+        critic_loss = (q - target_q).pow(2).mean(dim=1)  # (P,)
+        population.critic_optim.zero_grad()
+        critic_loss.sum().backward()
+        clip_grad_norm_per_agent_(population.critic_optim.params, max_grad_norm)
+        population.critic_optim.step()
 
     critic.requires_grad_(False)  # the actor's loss must not spend work on critic gradients
     try:
@@ -118,9 +121,17 @@ def ddpg_update(
     clip_grad_norm_per_agent_(population.actor_optim.params, max_grad_norm)
     population.actor_optim.step(None if frozen is None else (~frozen).to(actor_loss.dtype))  # a step of 0 or 1
 
-    polyak_update_(population.actor_target.parameters(), actor.parameters(), tau=tau)
-    polyak_update_(population.critic_target.parameters(), critic.parameters(), tau=tau)
-    return UpdateLosses(critic_loss.detach(), actor_loss.detach())
+    if gamma > 0:  # the targets are read by the next day's value only
+        polyak_update_(population.actor_target.parameters(), actor.parameters(), tau=tau)
+        polyak_update_(population.critic_target.parameters(), critic.parameters(), tau=tau)
+    return UpdateLosses(None if critic_loss is None else critic_loss.detach(), actor_loss.detach())
+
+
+def trains_critic(objective: ActorObjective, gamma: float) -> bool:
+    """Whether anything reads the critic: the ``critic`` objective, or a discount above 0 (the next day's value in
+    either objective). With the ``model`` objective and ``gamma`` 0 the actor climbs the exact reward alone, and a
+    critic trained beside it would be work whose result nothing uses."""
+    return objective == "critic" or gamma > 0
 
 
 @torch.no_grad()

@@ -275,6 +275,7 @@ class Trainer:
             champion_edge=float(scores.edges[champion_slot]),
             elites=[int(i) for i in torch.nonzero(plan.elite).flatten()],
             losses=losses,
+            critic_trained=self.updates.trains_critic,
             updates=updates,
             buffer_size=len(self.buffer),
             env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,

@@ -90,6 +90,7 @@ def generation_row(
     champion_edge: float,
     elites: list[int],
     losses: torch.Tensor,
+    critic_trained: bool,
     updates: int,
     buffer_size: int,
     env_steps: int,
@@ -97,7 +98,8 @@ def generation_row(
     telemetry: dict[str, int | None],
 ) -> dict[str, Any]:
     """The metrics row of ``generation``: ``champion`` after this generation's look, with ``champion_edge``, its edge
-    on this generation's days; ``losses`` is (2, P), critic then actor, each agent's mean over the updates."""
+    on this generation's days; ``losses`` is (2, P), critic then actor, each agent's mean over the updates;
+    ``critic_trained``: whether the updates trained the critic (the critic's loss is null when nothing reads it)."""
     popsize = len(scores.fitness)
     totals = scores.returns.totals
     validation = totals[:popsize]
@@ -126,7 +128,8 @@ def generation_row(
         "champion_bound": champion.bound,
         "champion_generation": champion.generation,
         "elites": elites,
-        "critic_loss": float(losses[0].mean()),
+        "critic_loss": float(losses[0].mean()) if critic_trained and updates else None,
+        "critic_trained": critic_trained,
         "actor_loss": float(losses[1].mean()),
         "updates": updates,
         "buffer_size": buffer_size,

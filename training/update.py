@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from config import Config
+from models import ddpg as ddpg_module
 from models.ddpg import ObservationNoise, UpdateLosses, ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
@@ -47,6 +48,8 @@ class Updates:
             "cost_rate": config.env.cost_rate,
             "tilt_penalty": ddpg.tilt_penalty,
         }
+        self.trains_critic = ddpg_module.trains_critic(ddpg.actor_objective, ddpg.gamma)
+        """Whether the update trains the critic: only when something reads it (``models.ddpg.trains_critic``)."""
         self.noise = None
         if ddpg.observation_noise > 0:
             window = buffer.gatherer.window_size
@@ -79,5 +82,6 @@ class Updates:
 
     def _summed(self) -> None:
         losses = self.step()
-        self.loss_sums[:, 0] += losses.critic
+        if losses.critic is not None:
+            self.loss_sums[:, 0] += losses.critic
         self.loss_sums[:, 1] += losses.actor

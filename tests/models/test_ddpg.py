@@ -208,3 +208,46 @@ def test_the_tilt_penalty_prices_the_squared_distance_from_equal_weight():
         ddpg_update(population, batch, gamma=0.0, tau=TAU, max_grad_norm=0.0, objective="model", tilt_penalty=10.0)
     after = population.actor(batch.windows, batch.weights).detach()
     assert ((after - equal_weight).pow(2).sum(dim=-1).mean(dim=1) < 0.1 * distance).all()
+
+
+def _calls(module: torch.nn.Module) -> list[int]:
+    """A list that grows by one at every forward of ``module``."""
+    seen: list[int] = []
+    module.register_forward_hook(lambda *_: seen.append(1))
+    return seen
+
+
+def test_nothing_reads_the_critic_under_the_model_objective_at_gamma_zero_so_it_is_not_trained():
+    """The default settings: the actor climbs the exact reward, so the critic, the target networks and the TD target
+    are work whose result nothing uses; none of them runs, the critic keeps its parameters and moments, and the
+    update says so with a critic loss of None."""
+    population = _population(seed=13)
+    critic_before = {k: t.clone() for k, t in population.agent_tensors().items() if not k.startswith("actor")}
+    calls = [_calls(m) for m in (population.critic, population.actor_target, population.critic_target)]
+    losses = ddpg_update(population, _batch(seed=14), gamma=0.0, tau=TAU, max_grad_norm=1.0, objective="model")
+    assert losses.critic is None and losses.actor.shape == (P,)
+    assert calls == [[], [], []]
+    for key, before in critic_before.items():
+        assert torch.equal(population.agent_tensors()[key], before), key
+
+
+@pytest.mark.parametrize("objective", ["model", "critic"])
+def test_something_reads_the_critic_with_a_discount_or_the_critic_objective_so_it_is_trained(objective):
+    gamma = 0.9 if objective == "model" else 0.0
+    population = _population(seed=15)
+    critic_before = [p.clone() for p in population.critic.parameters()]
+    losses = ddpg_update(population, _batch(seed=16), gamma=gamma, tau=TAU, max_grad_norm=1.0, objective=objective)
+    assert losses.critic is not None and torch.isfinite(losses.critic).all()
+    assert all(not torch.equal(p, old) for p, old in zip(population.critic.parameters(), critic_before))
+
+
+def test_at_gamma_zero_the_td_target_is_the_reward_and_the_targets_are_not_run():
+    """A zero discount multiplies the next day's value by zero: the target networks are not run and the critic's
+    loss is its squared error against the reward, bit for bit what the discounted formula gives at gamma 0."""
+    population, reference = _population(seed=17), _population(seed=17)
+    batch = _batch(seed=18)
+    targets = [_calls(population.actor_target), _calls(population.critic_target)]
+    q, next_q = _q_and_next_q(reference, batch)
+    losses = ddpg_update(population, batch, gamma=0.0, tau=TAU, max_grad_norm=1.0, objective="critic")
+    assert targets == [[], []]
+    assert torch.equal(losses.critic, (q - (batch.rewards + 0.0 * (1.0 - batch.terminated) * next_q)).pow(2).mean(1))

@@ -20,7 +20,7 @@ def trainer_with(root, **settings) -> Trainer:
 
 
 def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
-    summed, stepped = trainer_with(tmp_path / "summed"), trainer_with(tmp_path / "stepped")
+    summed, stepped = (trainer_with(tmp_path / name, **{"ddpg.gamma": 0.9}) for name in ("summed", "stepped"))
     frozen = torch.zeros(summed.config.evolution.popsize, dtype=torch.bool)
     summed.updates.begin(frozen=frozen)
     for _ in range(3):
@@ -99,3 +99,33 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
         difference = noisy_windows - clean
         assert difference.std().item() == pytest.approx(0.5, rel=0.1)
         assert abs(difference.mean().item()) < 0.05
+
+
+def test_with_the_default_settings_a_critic_nothing_reads_changes_no_actor_fitness_or_validation(tmp_path, monkeypatch):
+    """Skipping the critic (``models.ddpg.trains_critic``) removes work, not results: a run that trains a critic
+    nothing reads (as earlier versions did) gives the same actors, fitness, validation and champion bit for bit, and
+    its metrics rows say the critic was trained; the default run's rows say it was not, with no critic loss."""
+    from models import ddpg
+
+    def run(name: str) -> tuple[Trainer, list[dict]]:
+        config = override(
+            preset("smoke"), {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "ddpg.learning_starts": 0}
+        )
+        trainer = start_run(config, log=lambda line: None).trainer
+        found: list[dict] = []
+        trainer.run(until=3, on_generation=found.append)
+        return trainer, found
+
+    skipped, skipped_rows = run("skipped")
+    monkeypatch.setattr(ddpg, "trains_critic", lambda objective, gamma: True)
+    trained, trained_rows = run("trained")
+    measured = ("fitness", "validation", "champion", "best_edge", "selection_z", "elites", "actor_loss")
+    for mine, theirs in zip(skipped_rows, trained_rows):
+        assert {k: v for k, v in mine.items() if k.startswith(measured)} == {
+            k: v for k, v in theirs.items() if k.startswith(measured)
+        }
+        assert mine["critic_trained"] is False and mine["critic_loss"] is None
+        assert theirs["critic_trained"] is True and theirs["critic_loss"] > 0
+    for key, tensor in skipped.population.state_tensors().items():
+        same = torch.equal(tensor, trained.population.state_tensors()[key])
+        assert same != key.startswith(("critic.", "critic_optim.")), key  # only the critic and its moments differ
