@@ -22,6 +22,7 @@ from utils.errors import ConfigError, InputError
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 ActorObjective = Literal["model", "critic"]
+Algorithm = Literal["ddpg", "td3"]
 ChooseBy = Literal["return", "bound"]
 SelectionMethod = Literal["bootstrap", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
@@ -93,6 +94,8 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DDPGConfig:
+    algorithm: Algorithm = "ddpg"
+    """ddpg: one critic, the actor every update; td3: twin critics, target policy smoothing, delayed actor steps."""
     gamma: float = 0.0
     """Discount of the TD target and of the critic's term in the model objective (0: the next day only)."""
     tau: float = 0.005
@@ -121,6 +124,12 @@ class DDPGConfig:
     """Actor objective minus this times the squared distance of its weights from equal weight, a day; 0: off."""
     observation_noise: float = 0.0
     """Stdev of Gaussian noise on the normalised features of replayed observations (against memorising); 0: off."""
+    policy_delay: int = 2
+    """td3: the actor and the targets move every this-many updates (a divisor of updates_per_generation)."""
+    target_noise: float = 0.2
+    """td3: stdev of the Gaussian noise on the target actor's logits in the critics' target (policy smoothing)."""
+    target_noise_clip: float = 0.5
+    """td3: that noise is clipped to plus or minus this."""
 
     def __post_init__(self) -> None:
         _require(0.0 <= self.gamma <= 1.0, "ddpg.gamma", "must be in [0, 1]")
@@ -138,6 +147,16 @@ class DDPGConfig:
         _require(self.max_grad_norm >= 0, "ddpg.max_grad_norm", "must be >= 0")
         _require(self.observation_noise >= 0, "ddpg.observation_noise", "must be >= 0")
         _require(self.tilt_penalty >= 0, "ddpg.tilt_penalty", "must be >= 0")
+        _require(self.policy_delay >= 1, "ddpg.policy_delay", "must be >= 1")
+        _require(self.target_noise >= 0, "ddpg.target_noise", "must be >= 0")
+        _require(self.target_noise_clip >= 0, "ddpg.target_noise_clip", "must be >= 0")
+        if self.algorithm == "td3":
+            _require(
+                self.updates_per_generation % self.policy_delay == 0,
+                "ddpg.policy_delay",
+                f"must divide ddpg.updates_per_generation ({self.updates_per_generation}) with ddpg.algorithm=td3, "
+                "so that every generation ends on an actor step",
+            )
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,10 @@ def row_of(trainer: Trainer) -> dict[str, Any]:
 
 def optimiser_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
     population = trainer.population
-    return {"actor": population.actor_optim.step_count.cpu(), "critic": population.critic_optim.step_count.cpu()}
+    return {
+        "actor": population.learner.actor_optim.step_count.cpu(),
+        "critic": population.learner.critic_optim.step_count.cpu(),
+    }
 
 
 def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:

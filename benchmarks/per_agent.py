@@ -2,12 +2,12 @@
 
 Not part of the product. It exists so ``throughput.py`` can measure, in one run on one machine, what batching the
 population buys. It uses the same networks (``Actor``/``Critic`` with a population of one), the same environment
-kernel, the same replay buffer and the same DDPG update as the trainer, but drives them the usual way:
+kernel, the same replay buffer and the same learner update as the trainer, but drives them the usual way:
 
 * evaluation: one agent at a time, one episode at a time, one batch-1 actor forward per step, the step kernel on
   one portfolio, each transition appended to a replay store on its own;
 * validation: the same loop without noise or storage;
-* DDPG: one agent after another, each with its own batch of B transitions and its own optimiser step.
+* updates: one agent after another, each with its own batch of B transitions and its own optimiser step.
 
 It is kept lean on purpose (tensors throughout, no numpy round trip per step, no gymnasium wrapper), so the
 speed-up measured against it is what batching buys, not what a slow loop loses.
@@ -15,39 +15,37 @@ speed-up measured against it is what batching buys, not what a slow loop loses.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from environment.kernel import cash_weights, portfolio_step, with_cash
 from environment.market import Market
 from environment.observation import WindowGatherer
-from models.ddpg import ddpg_update
 from models.population import Population
 from models.replay import ReplayBuffer
 
 
 def split_population(population: Population, *, generator: torch.Generator) -> list[Population]:
-    """One single-agent population per agent, holding that agent's actor and critic parameters."""
+    """One single-agent population per agent, holding that agent's learner (its networks and targets) and exploration
+    stdev, with the same learner settings."""
     template = population.actor.encoder.mlp.layers[0].weight
     window_size = template.shape[1]
+    learner = population.learner
     agents = []
     for index in range(population.popsize):
+        stdev = float(population.exploration_stdev[index])
         agent = Population(
             1,
             window_size,
             population.actor.model,
-            actor_lr=population.actor_optim.lr,
-            critic_lr=population.critic_optim.lr,
-            exploration=(float(population.exploration_stdev[index]),) * 2,
+            dataclasses.replace(learner.settings, exploration_min=stdev, exploration_max=stdev),
+            cost_rate=learner.cost_rate,
             device=template.device,
             generator=generator,
         )
         with torch.no_grad():
-            for single, stacked in (
-                (agent.actor, population.actor),
-                (agent.critic, population.critic),
-                (agent.actor_target, population.actor_target),
-                (agent.critic_target, population.critic_target),
-            ):
+            for single, stacked in zip(agent.learner.networks().values(), learner.networks().values()):
                 for mine, theirs in zip(single.parameters(), stacked.parameters()):
                     mine.copy_(theirs[index : index + 1])
         agents.append(agent)
@@ -116,24 +114,15 @@ def run_episodes(
     return totals
 
 
-def update_agents(
-    agents: list[Population],
-    buffer: ReplayBuffer,
-    updates: int,
-    *,
-    gamma: float,
-    tau: float,
-    max_grad_norm: float,
-    generator: torch.Generator,
-) -> None:
-    """``updates`` DDPG steps of every agent, one agent after another, each on its own batch of B.
+def update_agents(agents: list[Population], buffer: ReplayBuffer, updates: int, *, generator: torch.Generator) -> None:
+    """``updates`` updates of every agent's learner, one agent after another, each on its own batch of B.
 
     ``buffer`` must have been made with ``sample_shape=(1, B)``.
     """
     for agent in agents:
-        for _ in range(updates):
+        for index in range(updates):
             batch = buffer.sample(generator)
-            ddpg_update(agent, batch, gamma=gamma, tau=tau, max_grad_norm=max_grad_norm)
+            agent.learner.update(batch, actor_step=agent.learner.takes_actor_step(index))
 
 
 def single_sample_view(buffer: ReplayBuffer, batch_size: int) -> ReplayBuffer:

@@ -75,11 +75,11 @@ def run(population: int, processes: int, args: argparse.Namespace, root: Path) -
 
 
 def moved_per_donor(preset_name: str) -> dict[str, int]:
-    """Bytes evolution fetches for one agent held by another rank, from the tensors of the preset's population."""
+    """Bytes evolution fetches for one agent held by another rank, from the tensors of the preset's population (what
+    its learner says an offspring inherits, ``models.learner.Learner.inheritance``)."""
     import torch
 
     from config import override, preset
-    from training.evolution import inherited_keys
     from training.loop import Trainer
     from training.setup import load_market
 
@@ -87,12 +87,13 @@ def moved_per_donor(preset_name: str) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(config, load_market(config, torch.device("cpu")), Path(scratch), log=lambda line: None)
         tensors = trainer.population.agent_tensors()
-    actor_keys, parent_keys = inherited_keys(tensors)
+        inheritance = trainer.population.learner.inheritance()
 
-    def per_agent(keys) -> int:
-        return sum(tensors[key][0].numel() * tensors[key].element_size() for key in keys)
+    def per_agent(group: dict) -> int:
+        return sum(tensor[0].numel() * tensor.element_size() for tensor in group.values())
 
-    return {"parent": per_agent(actor_keys + parent_keys), "mate": per_agent(actor_keys), "every": per_agent(tensors)}
+    blended, copied = inheritance.blended, inheritance.copied
+    return {"parent": per_agent({**blended, **copied}), "mate": per_agent(blended), "every": per_agent(tensors)}
 
 
 def main(argv: list[str] | None = None) -> int:

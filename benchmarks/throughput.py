@@ -8,7 +8,7 @@ For each population size P, on the bundled data and the same machine:
 
 * evaluation agent-steps/s: the trainer's ``collect`` (P agents x E windows in lockstep) against
   ``per_agent.run_episodes`` (one agent, one window, one batch-1 step at a time), both storing transitions;
-* agent-updates/s in the DDPG phase: one batched ``ddpg_update`` of all P agents against P single-agent updates
+* agent-updates/s in the DDPG phase: one batched learner update of all P agents against P single-agent updates
   one after another, both sampling their own batches from the same buffer;
 * generation wall time: evaluation + validation + ``updates_per_generation`` updates, from the measured phases.
 
@@ -116,7 +116,6 @@ def measure_population(
         fill_buffer(trainer)
         starts = trainer.rollouts.sample_starts()
         steps = popsize * cfg_eval.episodes * cfg_env.episode_days
-        ddpg_args = {"gamma": cfg_ddpg.gamma, "tau": cfg_ddpg.tau, "max_grad_norm": cfg_ddpg.max_grad_norm}
 
         # ---- the trainer's way: everything batched
         def evaluate() -> None:
@@ -126,8 +125,8 @@ def measure_population(
             trainer.validation.run()
 
         def update() -> None:
-            for _ in range(updates):
-                trainer.updates.step()
+            for index in range(updates):
+                trainer.updates.step(trainer.population.learner.takes_actor_step(index))
 
         eval_s = timed(device, evaluate, repeats=repeats)
         validate_s = timed(device, run_validation, repeats=repeats)
@@ -158,7 +157,7 @@ def measure_population(
         ref_update_s = (
             timed(
                 device,
-                lambda: update_agents(agents, view, reference_updates, generator=generator, **ddpg_args),
+                lambda: update_agents(agents, view, reference_updates, generator=generator),
                 repeats=1,
             )
             / reference_updates

@@ -109,11 +109,11 @@ def compulsory_bytes(trainer: Trainer) -> int:
     averaging, and the activations saved for backward written and read once."""
     population = trainer.population
     parameters = sum(
-        p.numel() * p.element_size() for m in (population.actor, population.critic) for p in m.parameters()
+        p.numel() * p.element_size() for m in (population.actor, population.learner.critic) for p in m.parameters()
     )
     targets = sum(
         p.numel() * p.element_size()
-        for m in (population.actor_target, population.critic_target)
+        for m in (population.learner.actor_target, population.learner.critic_target)
         for p in m.parameters()
     )
     saved = [0]

@@ -72,9 +72,7 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
         config.evolution.popsize,
         window_size,
         config.model,
-        actor_lr=config.ddpg.actor_lr,
-        critic_lr=config.ddpg.critic_lr,
-        exploration=(config.ddpg.exploration_min, config.ddpg.exploration_max),
+        config.ddpg,
         device=device,
         generator=make_generators(config.runtime.seed, device)["init"],
     )

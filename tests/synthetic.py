@@ -37,20 +37,25 @@ def make_market(
 
 
 def make_population(
-    popsize: int, window_size: int, *, seed: int = 0, width: int = 4, slots: range | None = None, model=None
+    popsize: int,
+    window_size: int,
+    *,
+    seed: int = 0,
+    width: int = 4,
+    slots: range | None = None,
+    model=None,
+    **learning,
 ):
     """A small Population on the CPU (``slots``: the ones this process would hold of a sharded population; ``model``:
-    its networks' ``ModelConfig``, by default all ``width`` wide)."""
-    from config import ModelConfig
+    its networks' ``ModelConfig``, by default all ``width`` wide; ``learning``: ``DDPGConfig`` fields)."""
+    from config import DDPGConfig, ModelConfig
     from models.population import Population
 
     return Population(
         popsize,
         window_size,
         model or ModelConfig(encoder_hidden=width, embedding=width, head_hidden=width),
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=(0.1, 1.0),
+        DDPGConfig(**{"actor_lr": 1e-3, "critic_lr": 1e-3, **learning}),
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
         slots=slots,

@@ -11,7 +11,6 @@ import torch
 from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_roofline
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
-from models.ddpg import ddpg_update
 from training.loop import Trainer
 from training.rollout import validate
 from training.setup import load_market
@@ -43,7 +42,6 @@ def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     trainer = small_trainer(tmp_path)
     throughput.fill_buffer(trainer)
     ddpg = trainer.config.ddpg
-    args = {"gamma": ddpg.gamma, "tau": ddpg.tau, "max_grad_norm": ddpg.max_grad_norm}
     agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
     view = single_sample_view(trainer.buffer, ddpg.batch_size)
     assert view.storage is trainer.buffer.storage and len(view) == len(trainer.buffer)
@@ -51,11 +49,11 @@ def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     # The same transitions for both: the single agent's batch, drawn again from the same generator state.
     generator = torch.Generator().manual_seed(7)
     state = generator.get_state()
-    update_agents(agents[:1], view, 1, generator=generator, **args)
+    update_agents(agents[:1], view, 1, generator=generator)
     generator.set_state(state)
     batch = view.sample(generator)
     expanded = type(batch)(*(t.expand(trainer.population.popsize, *t.shape[1:]) for t in batch))
-    ddpg_update(trainer.population, expanded, **args)
+    trainer.population.learner.update(expanded)
     for single, stacked in zip(agents[0].actor.parameters(), trainer.population.actor.parameters()):
         torch.testing.assert_close(single[0], stacked[0], rtol=1e-4, atol=1e-6)
 
@@ -109,11 +107,11 @@ def test_the_checkpoint_blocking_report_has_the_promised_shape(capsys):
     assert report["median_ratio"] == pytest.approx(report["synchronous"]["median_s"] / report["staged"]["median_s"])
 
 
-def test_what_evolution_moves_leaves_out_the_actor_target_and_a_mates_other_tensors():
+def test_what_evolution_moves_leaves_out_what_nothing_reads_and_a_mates_other_tensors():
     moved = sharded_scaling.moved_per_donor("smoke")
     assert 0 < moved["mate"] < moved["parent"] < moved["every"]
-    # The actor target, the only tensor no offspring fetches, weighs as much as the actor a mate sends.
-    assert moved["every"] - moved["parent"] == moved["mate"]
+    # With no critic read (the defaults), a parent sends its actor and the actor's two moments: three actors' bytes.
+    assert moved["parent"] == 3 * moved["mate"]
 
 
 def test_the_update_roofline_counts_what_an_update_does(capsys):

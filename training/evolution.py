@@ -9,9 +9,10 @@ Every other slot receives an offspring: a parent chosen by tournament (the fitte
 ``tournament_size`` distinct slots drawn at random); with probability ``crossover_prob`` its actor is a
 blend ``w * parent + (1 - w) * mate`` of that parent and a second tournament winner, the fitter of
 the two counting as the parent and ``w ~ U(0.5, 1)``; with probability ``mutation_prob`` a random
-``mutation_fraction`` of its actor's entries get Gaussian noise of stdev ``mutation_stdev``. The
-offspring's critic, both optimisers' moments and its critic target are the parent's; its actor
-target starts equal to its new actor.
+``mutation_fraction`` of its actor's entries get Gaussian noise of stdev ``mutation_stdev``. What
+else an offspring takes is the learner's to say (``models.learner.Learner.inheritance``): from the
+parent, its actor's moments and what it learned beside the actor (critics, their moments and targets,
+where they are trained and read); a target network restarts from the offspring's new network.
 """
 
 from __future__ import annotations
@@ -187,14 +188,6 @@ def mutate_(
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
 
-def inherited_keys(tensors: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
-    """The agent tensors an offspring inherits, by key: its actor's (blended from the parent and a mate) and the
-    rest it copies from the parent alone. The actor target is in neither: it restarts from the new actor, so it
-    is never fetched from another rank nor copied."""
-    keys = sorted(k for k in tensors if not k.startswith("actor_target."))
-    return [k for k in keys if k.startswith("actor.")], [k for k in keys if not k.startswith("actor.")]
-
-
 @torch.no_grad()
 def evolve_(
     population: Population,
@@ -207,13 +200,12 @@ def evolve_(
 ) -> None:
     """Apply ``plan`` (made on the host, the same on every process) to every agent tensor of ``population`` in
     place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
-    population sharded, the rows of donors held by other processes are fetched first: every tensor of the parents
-    but the actor target in one all-to-all, the actors of parents and mates in another."""
+    population sharded, the rows of donors held by other processes are fetched first: the tensors copied from
+    parents in one all-to-all, the actors of parents and mates in another."""
     local_slots = population.slots
-    tensors = population.agent_tensors()
-    actor_keys, parent_keys = inherited_keys(tensors)
-    actor_tensors = [tensors[k] for k in actor_keys]
-    parent_tensors = [tensors[k] for k in parent_keys]
+    inheritance = population.learner.inheritance()
+    actor_tensors = list(inheritance.blended.values())
+    parent_tensors = list(inheritance.copied.values())
     blocks = None
     if sharding is not None and sharding.distributed:
         blocks = [range(r * sharding.per_rank, (r + 1) * sharding.per_rank) for r in range(sharding.ranks.world_size)]
@@ -242,7 +234,7 @@ def evolve_(
         generator=generator,
         local_slots=local_slots,
     )
-    # Each offspring's actor target restarts from its new actor.
+    # Each offspring's restarted targets (its actor's, when targets are read) start from its new networks.
     slots = actor_donors.offspring(device_plan) - local_slots.start
-    for target, source in zip(population.actor_target.parameters(), population.actor.parameters()):
+    for target, source in inheritance.restarted:
         target.index_copy_(0, slots, source[slots])

@@ -234,24 +234,27 @@ class Trainer:
         self.timer.mark("evolve_s")
         return plan
 
-    def _update(self, plan: EvolutionPlan) -> tuple[int, torch.Tensor]:
-        """Phase 4: DDPG updates, all agents in one batched update each; (updates, (2, P) mean losses)."""
+    def _update(self, plan: EvolutionPlan) -> tuple[int, dict[str, torch.Tensor]]:
+        """Phase 4: the learner's updates, all agents in one batched update each; (updates, each loss's (P,) mean
+        over the updates that computed it, by name)."""
         ddpg, slots = self.config.ddpg, self.sharding.slots
         updates = ddpg.updates_per_generation if len(self.buffer) >= ddpg.learning_starts else 0
         self.updates.begin(frozen=plan.elite[slots.start : slots.stop])  # this generation's elites
-        for _ in range(updates):
+        for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.
             if not self.sharding.distributed and self.should_stop():
                 raise RunStopped(self.generation)
-            self.updates()
-        sums = self.sharding.gather(self.updates.loss_sums)  # (P, 2)
-        losses = to_host(sums.T) / max(updates, 1)
+            self.updates(index)
+        sums = to_host(self.sharding.gather(self.updates.loss_sums).T)  # (losses, P)
+        counted = self.updates.updates_counted(updates)
+        means = sums / torch.tensor([[max(counted[name], 1)] for name in self.updates.loss_names], dtype=sums.dtype)
+        losses = dict(zip(self.updates.loss_names, means))
         self.timer.mark("update_s")
         return updates, losses
 
     def _record(
-        self, scores: Scores, champion_slot: int, plan: EvolutionPlan, updates: int, losses: torch.Tensor
+        self, scores: Scores, champion_slot: int, plan: EvolutionPlan, updates: int, losses: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
         """Phase 5: the metrics row, the checkpoint (staged here, written by the writer thread, which appends the
         row to metrics.jsonl once the generation is committed), the console line."""
@@ -275,7 +278,6 @@ class Trainer:
             champion_edge=float(scores.edges[champion_slot]),
             elites=[int(i) for i in torch.nonzero(plan.elite).flatten()],
             losses=losses,
-            critic_trained=self.updates.trains_critic,
             updates=updates,
             buffer_size=len(self.buffer),
             env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,
@@ -299,7 +301,7 @@ class Trainer:
             generation=self.generation,
             champion=self.champion,
             population=population.state_tensors(),
-            optimiser_steps={"actor": population.actor_optim.step_count, "critic": population.critic_optim.step_count},
+            optimiser_steps=population.learner.step_counts(),
             buffer=self.buffer.state(),
             streams={name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies
             gate=None if self.gate is None else self.gate.state_tensors(),  # a copy
@@ -327,6 +329,6 @@ class Trainer:
                 raise CheckpointError(
                     f"{state.source}/{name}.safetensors does not fit the run's config: {error}"
                 ) from None
-        population.actor_optim.step_count.fill_(float(state.optimiser_steps["actor"]))
-        population.critic_optim.step_count.fill_(float(state.optimiser_steps["critic"]))
+        for name, count in population.learner.step_counts().items():
+            count.fill_(float(state.optimiser_steps[name]))
         self.generation, self.champion = state.generation, state.champion

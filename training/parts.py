@@ -48,12 +48,13 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         popsize,
         market.num_features * config.env.lookback,  # L * K values per asset window
         config.model,
-        actor_lr=ddpg.actor_lr,
-        critic_lr=ddpg.critic_lr,
-        exploration=(ddpg.exploration_min, ddpg.exploration_max),
+        ddpg,
+        cost_rate=config.env.cost_rate,
         device=device,
         generator=generators["init"],
         slots=sharding.slots,
+        frozen_elites=config.evolution.frozen_elites,
+        noise_generator=generators["replay"],
     )
     buffer = ReplayBuffer(
         ddpg.buffer_size,
@@ -72,7 +73,9 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         buffer=buffer,
         rollouts=Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs),
         validation=Validation(config, market, population, sharding=sharding, graphs=graphs),
-        updates=Updates(config, population, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs),
+        updates=Updates(
+            config, population.learner, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs
+        ),
         gate=make_gate(config, market),
     )
 

@@ -89,8 +89,7 @@ def generation_row(
     champion: Champion,
     champion_edge: float,
     elites: list[int],
-    losses: torch.Tensor,
-    critic_trained: bool,
+    losses: dict[str, torch.Tensor],
     updates: int,
     buffer_size: int,
     env_steps: int,
@@ -98,8 +97,9 @@ def generation_row(
     telemetry: dict[str, int | None],
 ) -> dict[str, Any]:
     """The metrics row of ``generation``: ``champion`` after this generation's look, with ``champion_edge``, its edge
-    on this generation's days; ``losses`` is (2, P), critic then actor, each agent's mean over the updates;
-    ``critic_trained``: whether the updates trained the critic (the critic's loss is null when nothing reads it)."""
+    on this generation's days; ``losses``: each loss the learner computed (``models.learner.Learner.loss_names``), (P,)
+    each agent's mean over the updates. A critic nothing reads is not trained: its loss is then null and the row says
+    so (``critic_trained``)."""
     popsize = len(scores.fitness)
     totals = scores.returns.totals
     validation = totals[:popsize]
@@ -128,9 +128,9 @@ def generation_row(
         "champion_bound": champion.bound,
         "champion_generation": champion.generation,
         "elites": elites,
-        "critic_loss": float(losses[0].mean()) if critic_trained and updates else None,
-        "critic_trained": critic_trained,
-        "actor_loss": float(losses[1].mean()),
+        "critic_loss": float(losses["critic"].mean()) if "critic" in losses and updates else None,
+        "critic_trained": "critic" in losses,
+        "actor_loss": float(losses["actor"].mean()),
         "updates": updates,
         "buffer_size": buffer_size,
         "env_steps": env_steps,

@@ -1,27 +1,50 @@
-"""The update phase of a run: DDPG updates of every agent on batches from the replay buffer (``models.ddpg``), each
-update one step replayed as a CUDA graph with ``runtime.cuda_graphs`` (``training.graphs``), its losses summed on the
-device."""
+"""The update phase of a run: the learner's updates of every agent (``models.learner``) on batches from the replay
+buffer, each update one step replayed as a CUDA graph with ``runtime.cuda_graphs`` (``training.graphs``), its losses
+summed on the device.
+
+What an update reads that is drawn (the batch, the observation noise on its windows) is drawn here, outside the
+learner's update, which is device arithmetic alone."""
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import torch
 
 from config import Config
-from models import ddpg as ddpg_module
-from models.ddpg import ObservationNoise, UpdateLosses, ddpg_update
-from models.population import Population
-from models.replay import ReplayBuffer
+from models.learner import Learner
+from models.replay import ReplayBatch, ReplayBuffer
 from training.graphs import GraphedStep
 from training.sharding import Sharding
 
 
+class ObservationNoise(NamedTuple):
+    """Gaussian noise of ``stdev`` on the features of a batch's observation windows (``ddpg.observation_noise``)."""
+
+    stdev: float
+    draws: torch.Tensor
+    """(P, B, N, L * K), allocated once: drawn for the whole population, each process keeping its agents' rows, so an
+    agent's noise does not depend on how the population is split over processes."""
+    rows: slice
+    """This process's agents among the P."""
+    generator: torch.Generator
+
+    @torch.no_grad()
+    def add_(self, batch: ReplayBatch) -> None:
+        """Add the noise to the batch's windows in place (they are the replay buffer's own gather buffers)."""
+        for windows in (batch.windows, batch.next_windows):
+            draws = torch.randn(self.draws.shape, generator=self.generator, out=self.draws)
+            windows.add_(draws[self.rows], alpha=self.stdev)
+
+
 class Updates:
     """What the update phase keeps from one update to the next, allocated once: the losses summed over a
-    generation, the mask of agents whose actors stay as they are, the observation noise's draws; and its step.
+    generation, the observation noise's draws; and its steps (one with the actor's step, and for TD3 one without).
 
     Args:
         config: the run's config.
-        population, buffer: the run's.
+        learner, buffer: the run's.
         generator: the replay stream (the batches' draws and the observation noise).
         sharding: the slots held here.
         graphs: replay the update as a CUDA graph (on CUDA, one process).
@@ -30,58 +53,63 @@ class Updates:
     def __init__(
         self,
         config: Config,
-        population: Population,
+        learner: Learner,
         buffer: ReplayBuffer,
         *,
         generator: torch.Generator,
         sharding: Sharding,
         graphs: bool,
     ) -> None:
-        ddpg, device = config.ddpg, population.device
-        local = len(sharding.slots)
-        self.population, self.buffer, self.generator = population, buffer, generator
-        self.arguments = {
-            "gamma": ddpg.gamma,
-            "tau": ddpg.tau,
-            "max_grad_norm": ddpg.max_grad_norm,
-            "objective": ddpg.actor_objective,
-            "cost_rate": config.env.cost_rate,
-            "tilt_penalty": ddpg.tilt_penalty,
-        }
-        self.trains_critic = ddpg_module.trains_critic(ddpg.actor_objective, ddpg.gamma)
-        """Whether the update trains the critic: only when something reads it (``models.ddpg.trains_critic``)."""
+        ddpg, device = config.ddpg, buffer.storage["days"].device
+        self.learner, self.buffer, self.generator = learner, buffer, generator
         self.noise = None
         if ddpg.observation_noise > 0:
             window = buffer.gatherer.window_size
             draws = torch.empty(sharding.popsize, ddpg.batch_size, buffer.gatherer.num_assets, window, device=device)
             rows = slice(sharding.slots.start, sharding.slots.stop)
             self.noise = ObservationNoise(ddpg.observation_noise, draws, rows, generator)
-        self.frozen = torch.zeros(local, dtype=torch.bool, device=device) if config.evolution.frozen_elites else None
-        self.loss_sums = torch.zeros(local, 2, device=device)  # (P, 2): critic, actor
-        self.graphed = GraphedStep(self._summed, device=device, enabled=graphs, generators=[generator])
+        self.loss_names = learner.loss_names
+        self.loss_sums = torch.zeros(len(sharding.slots), len(self.loss_names), device=device)  # (P, losses)
+        kinds = {learner.takes_actor_step(index) for index in range(ddpg.updates_per_generation)}
+        self.steps = {
+            actor_step: GraphedStep(
+                functools.partial(self._summed, actor_step), device=device, enabled=graphs, generators=[generator]
+            )
+            for actor_step in sorted(kinds)
+        }
         self._sampled_size = -1  # the buffer size a captured update draws below
 
-    def begin(self, frozen: torch.Tensor) -> None:
-        """Before a generation's updates: the sums from 0, and ``frozen`` (P,) bool on the host, this generation's
-        elites, as the agents that take no actor step (``evolution.frozen_elites``; else ignored)."""
+    def begin(self, frozen: torch.Tensor | None) -> None:
+        """Before a generation's updates: the sums from 0, and ``frozen`` (P,) bool on the host, the agents whose
+        actors take no step this generation (evolution's elites, ``evolution.frozen_elites``), applied at the learner's
+        edge as a learning-rate scale of 0."""
         self.loss_sums.zero_()
-        if self.frozen is not None:
-            self.frozen.copy_(frozen)
-        if self.buffer.size != self._sampled_size:  # a Python value of the graph: capture the update again
-            self.graphed.invalidate()
+        scale = self.learner.actor_optim.lr_scale
+        if scale is not None and frozen is not None:
+            scale.copy_(~frozen)
+        if self.buffer.size != self._sampled_size:  # a Python value of the graphs: capture the updates again
+            for step in self.steps.values():
+                step.invalidate()
             self._sampled_size = self.buffer.size
 
-    def __call__(self) -> None:
-        """One update of every agent, its losses added to the sums."""
-        self.graphed()
+    def __call__(self, index: int) -> None:
+        """The generation's ``index``-th update of every agent, its losses added to the sums."""
+        self.steps[self.learner.takes_actor_step(index)]()
 
-    def step(self) -> UpdateLosses:
-        """One batch per agent from the buffer, one batched DDPG update of all agents; the losses, not summed."""
+    def updates_counted(self, updates: int) -> dict[str, int]:
+        """How many of ``updates`` updates computed each loss (TD3's actor moves on every ``policy_delay``-th)."""
+        actor = sum(self.learner.takes_actor_step(index) for index in range(updates))
+        return {name: actor if name == "actor" else updates for name in self.loss_names}
+
+    def step(self, actor_step: bool = True) -> dict[str, torch.Tensor]:
+        """One batch per agent from the buffer, one update of all agents; the (P,) losses, not summed."""
         batch = self.buffer.sample(self.generator)
-        return ddpg_update(self.population, batch, observation_noise=self.noise, frozen=self.frozen, **self.arguments)
+        if self.noise is not None:
+            self.noise.add_(batch)
+        return self.learner.update(batch, actor_step=actor_step)
 
-    def _summed(self) -> None:
-        losses = self.step()
-        if losses.critic is not None:
-            self.loss_sums[:, 0] += losses.critic
-        self.loss_sums[:, 1] += losses.actor
+    def _summed(self, actor_step: bool) -> None:
+        losses = self.step(actor_step)
+        for column, name in enumerate(self.loss_names):
+            if name in losses:
+                self.loss_sums[:, column] += losses[name]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from config import ModelConfig
+from config import DDPGConfig, ModelConfig
 from models.networks import Actor, Critic
 from models.population import Population
 from tests.synthetic import random_simplex
@@ -23,9 +23,7 @@ def _population(seed: int = 0, popsize: int = P) -> Population:
         popsize,
         WINDOW,
         WIDTHS,
-        actor_lr=1e-3,
-        critic_lr=1e-3,
-        exploration=EXPLORATION,
+        DDPGConfig(actor_lr=1e-3, critic_lr=1e-3, exploration_min=EXPLORATION[0], exploration_max=EXPLORATION[1]),
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
     )
@@ -201,3 +199,4 @@ def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
     critic_bf16.load_state_dict(critic.state_dict())
     q, q_exact = critic_bf16(shared, weights, actions), critic(shared, weights, actions)
     assert q.dtype == torch.float32 and torch.allclose(q, q_exact, atol=0.05, rtol=0.05)
+

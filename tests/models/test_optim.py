@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.optim import BatchedAdam
+from models.optim import BatchedAdam, clip_grad_norm_per_agent_
 from tests.training.test_host_sync import SyncWatch
 
 P, STEPS, LR = 3, 5, 1e-2
@@ -115,20 +115,60 @@ def test_why_not_torch_adam_its_step_counters_are_read_on_the_host():
     assert all(torch.equal(mine, ref) for mine, ref in zip(ours, theirs))
 
 
-def test_a_step_scale_of_zero_keeps_an_agent_and_of_one_changes_nothing():
-    """``evolution.frozen_elites``: a scale of 0 leaves that agent's parameters exactly as they were, while the others
-    take the very step an unscaled Adam takes."""
+def test_a_learning_rate_scale_of_zero_keeps_an_agent_and_of_one_changes_nothing():
+    """``evolution.frozen_elites``: a scale of 0 leaves that agent's parameters exactly as they were (its moments still
+    see the gradient), while the others take the very step an unscaled Adam takes."""
     plain, scaled, initial = _params(), _params(), _params()
-    adam, frozen_first = BatchedAdam(plain, lr=LR), BatchedAdam(scaled, lr=LR)
-    scale = torch.tensor([0.0, 1.0, 1.0])
+    adam, frozen_first = BatchedAdam(plain, lr=LR), BatchedAdam(scaled, lr=LR, per_agent_lr=True)
+    assert adam.lr_scale is None and torch.equal(frozen_first.lr_scale, torch.ones(P))
+    frozen_first.lr_scale.copy_(torch.tensor([0.0, 1.0, 1.0]))
     for grads in _grads(seed=2):
         for optim, params in ((adam, plain), (frozen_first, scaled)):
             optim.zero_grad()
             for p, g in zip(params, grads):
                 p.grad.copy_(g)
         adam.step()
-        frozen_first.step(scale)
+        frozen_first.step()
     for mine, theirs, start in zip(scaled, plain, initial):
         assert torch.equal(mine[0], start[0])
         assert torch.equal(mine[1:], theirs[1:])
         assert not torch.equal(theirs[0], start[0])
+    for mine, theirs in zip(frozen_first.exp_avg_sq, adam.exp_avg_sq):
+        assert torch.equal(mine, theirs)
+
+
+def _clip_grads(norms: list[float], seed: int = 0) -> list[torch.Tensor]:
+    """Two stacked gradients whose joint L2 norm is ``norms[i]`` for agent i."""
+    g = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(len(norms), 3, 4, generator=g), torch.randn(len(norms), 5, generator=g)]
+    current = torch.stack([gr.flatten(1).pow(2).sum(1) for gr in grads]).sum(0).sqrt()
+    return [gr * (torch.tensor(norms) / current).view(-1, *[1] * (gr.dim() - 1)) for gr in grads]
+
+
+def test_gradient_norm_is_clipped_per_agent():
+    grads = _clip_grads([0.4, 7.0, 2.5])
+    before = [g.clone() for g in grads]
+    returned = clip_grad_norm_per_agent_(grads, 1.0)
+    torch.testing.assert_close(returned, torch.tensor([0.4, 7.0, 2.5]))
+    for g, old in zip(grads, before):
+        assert torch.equal(g[0], old[0])  # under the limit: untouched, bit for bit
+        torch.testing.assert_close(g[1], old[1] / 7.0, rtol=1e-5, atol=1e-7)  # above it: scaled, direction kept
+    norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
+    torch.testing.assert_close(norms, torch.tensor([0.4, 1.0, 1.0]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_clips_each_agents_gradients_first_and_max_norm_zero_does_not():
+    """The step clips before Adam: it takes the step of the gradients clipped by hand; with max_grad_norm 0 the
+    gradients are used as they are (agent 1's norm is 10, so the two differ)."""
+    grads = _clip_grads([0.5, 10.0], seed=3)
+    hand = [g.clone() for g in grads]
+    clip_grad_norm_per_agent_(hand, 1.0)
+    params = [[torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for _ in range(3)]
+    optims = [BatchedAdam(params[0], lr=LR, max_grad_norm=1.0), BatchedAdam(params[1], lr=LR)]
+    optims.append(BatchedAdam(params[2], lr=LR))
+    for optim, group, source in zip(optims, params, (grads, hand, grads)):
+        for p, g in zip(group, source):
+            p.grad.copy_(g)
+        optim.step()
+    assert all(torch.equal(a, b) for a, b in zip(params[0], params[1]))
+    assert not all(torch.equal(a, b) for a, b in zip(params[0], params[2]))

@@ -27,13 +27,13 @@ import torch
 
 from config import override, preset
 from environment.vector_env import VectorPortfolioEnv
+from models.learner import Learner
 from models.population import Population
 from models.replay import ReplayBuffer
 from tests.emulated_cuda import emulate_cuda
 from tests.run_checks import rows
 from training import loop as trainer_module
 from training import rollout as rollout_module
-from training import update as update_module
 from training.runs import start_run
 from utils import telemetry
 
@@ -180,10 +180,10 @@ def run_in_own_process(
 
 @injection
 def loss_tensors_kept_with_their_graphs(mp, kept):
-    def keep_loss(result, population, batch, **kwargs):
-        kept.append(population.critic(batch.windows, batch.weights, batch.actions).pow(2).mean())
+    def keep_loss(result, learner, batch, **kwargs):
+        kept.append(learner.actor(batch.windows, batch.weights).pow(2).mean())  # with its graph
 
-    wrap(mp, update_module, "ddpg_update", after=keep_loss)
+    wrap(mp, Learner, "update", after=keep_loss)
 
 
 @injection
@@ -219,9 +219,7 @@ def a_new_population_each_generation(mp, kept):
                 cfg.evolution.popsize,
                 trainer.rollouts.env.gatherer.window_size,
                 cfg.model,
-                actor_lr=cfg.ddpg.actor_lr,
-                critic_lr=cfg.ddpg.critic_lr,
-                exploration=(0.1, 1.0),
+                cfg.ddpg,
                 device="cpu",
                 generator=torch.Generator().manual_seed(0),
             )
@@ -258,13 +256,13 @@ def the_outgoing_champion_kept_on_each_crowning(mp, kept):
 @injection
 def an_unbounded_loss_history(mp, kept):
     # Every update's per-agent losses appended to a history that is never trimmed.
-    wrap(mp, update_module, "ddpg_update", after=lambda result, *a, **kw: kept.append(result.critic.tolist()))
+    wrap(mp, Learner, "update", after=lambda result, *a, **kw: kept.append(result["actor"].tolist()))
 
 
 @injection
 def a_few_python_floats_per_generation(mp, kept):
     # Untracked by the collector and a few blocks each: 16 floats a generation at the test's scale.
-    wrap(mp, update_module, "ddpg_update", after=lambda result, *a, **kw: kept.extend(result.critic.tolist()))
+    wrap(mp, Learner, "update", after=lambda result, *a, **kw: kept.extend(result["actor"].tolist()))
 
 
 @injection

@@ -18,10 +18,11 @@ import torch
 
 from config import override, preset
 from environment import vector_env
+from models.learner import Learner
 from persistence import checkpoint
 from tests.emulated_cuda import DeviceMismatchError, DeviceTensor, HostReadError, emulate_cuda
 from tests.run_checks import deterministic, rows, state_digest
-from training import loop, parts, rollout, update
+from training import loop, parts, rollout
 from training.evolution import EvolutionPlan
 from training.loop import Trainer
 from training.runs import start_run
@@ -121,7 +122,7 @@ def staging_without_its_wait(mp: pytest.MonkeyPatch) -> None:
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
     "device results not brought to the host (numpy of the device's relatives)": (no_boundary, TypeError, "numpy"),
     "a python float of each update's loss": (
-        lambda mp: after(mp, update, "ddpg_update", lambda losses: float(losses.critic.sum())),
+        lambda mp: after(mp, Learner, "update", lambda losses: float(losses["actor"].sum())),
         HostReadError,
         "reads a value",
     ),

@@ -14,8 +14,12 @@ PLAN = dict(elites=2, tournament_size=3, crossover_prob=0.5, mutation_prob=0.7)
 MUTATION = dict(mutation_fraction=0.2, mutation_stdev=0.1)
 
 
-def _population(seed: int = 0) -> Population:
-    population = make_population(P, 6, seed=seed)
+TEXTBOOK = {"gamma": 0.9, "actor_objective": "critic"}
+"""DDPG whose critic and targets are read, so that offspring inherit every part of the learner."""
+
+
+def _population(seed: int = 0, **learning) -> Population:
+    population = make_population(P, 6, seed=seed, **(learning or TEXTBOOK))
     g = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():  # every agent tensor distinct per slot, moments and targets included
         for tensor in population.agent_tensors().values():
@@ -113,7 +117,7 @@ def test_evolve_keeps_elites_bit_for_bit_and_gives_offspring_their_parents_state
 
     evolve_(population, plan, **MUTATION, generator=torch.Generator().manual_seed(4))
 
-    actor_target = dict(population.actor_target.named_parameters())
+    actor_target = dict(population.learner.actor_target.named_parameters())
     for key, tensor in tensors.items():
         for slot in elites.tolist():
             assert torch.equal(_bits(tensor[slot]), _bits(before[key][slot])), (key, slot)
@@ -125,6 +129,21 @@ def test_evolve_keeps_elites_bit_for_bit_and_gives_offspring_their_parents_state
                 assert torch.equal(actor_target[key.removeprefix("actor.")][slot], tensor[slot]), (key, slot)
     assert torch.equal(population.exploration_stdev, stdevs)  # belongs to the slot, not the agent
     assert plan.offspring.numel() == P - PLAN["elites"]
+
+
+def test_with_no_critic_read_an_offspring_moves_its_actor_and_its_moments_only():
+    """The default settings train no critic and read no target (``models.learner``): evolution copies nothing of them,
+    work whose result nothing would use; the actor and its moments evolve as with textbook DDPG."""
+    population, textbook = _population(gamma=0.0, actor_objective="model"), _population()
+    before = {k: t.clone() for k, t in population.agent_tensors().items()}
+    plan = _plan(FITNESS, seed=3)
+    for evolving in (population, textbook):
+        evolve_(evolving, plan, **MUTATION, generator=torch.Generator().manual_seed(4))
+    for key, tensor in population.agent_tensors().items():
+        if key.startswith(("actor.", "actor_optim.")):
+            assert torch.equal(tensor, textbook.agent_tensors()[key]), key
+        else:
+            assert torch.equal(tensor, before[key]), key
 
 
 def test_offspring_actor_is_the_parents_blend_before_mutation():
@@ -209,13 +228,19 @@ def test_same_seed_same_offspring_other_seed_other_offspring():
 def test_evolve_works_in_place():
     population = _population()
     pointers = {k: t.data_ptr() for k, t in population.state_tensors().items()}
-    ids = [id(p) for m in (population.actor, population.critic, population.actor_target) for p in m.parameters()]
-    optim_ids = [id(p) for p in population.actor_optim.params + population.critic_optim.params]
+    ids = [
+        id(p)
+        for m in (population.actor, population.learner.critic, population.learner.actor_target)
+        for p in m.parameters()
+    ]
+    optim_ids = [id(p) for p in population.learner.actor_optim.params + population.learner.critic_optim.params]
     before = {k: t.clone() for k, t in population.agent_tensors().items()}
     evolve_(population, _plan(FITNESS, seed=1), **MUTATION, generator=torch.Generator().manual_seed(2))
     assert {k: t.data_ptr() for k, t in population.state_tensors().items()} == pointers
-    assert [id(p) for m in (population.actor, population.critic, population.actor_target) for p in m.parameters()] == (
-        ids
-    )
-    assert [id(p) for p in population.actor_optim.params + population.critic_optim.params] == optim_ids
+    assert [
+        id(p)
+        for m in (population.actor, population.learner.critic, population.learner.actor_target)
+        for p in m.parameters()
+    ] == (ids)
+    assert [id(p) for p in population.learner.actor_optim.params + population.learner.critic_optim.params] == optim_ids
     assert any(not torch.equal(t, before[k]) for k, t in population.agent_tensors().items())  # it did evolve

@@ -84,7 +84,7 @@ def test_generations_reuse_storage_and_never_write_the_features(tmp_path):
     features_version = trainer.market.features._version
     tensors = {**trainer.population.state_tensors(), **trainer.buffer.storage}
     pointers = {key: t.data_ptr() for key, t in tensors.items()}
-    modules = [trainer.population.actor, trainer.population.critic]
+    modules = [trainer.population.actor, trainer.population.learner.critic]
     parameter_ids = [id(p) for m in modules for p in m.parameters()]
     trainer.run(until=3)
     assert trainer.market.features._version == features_version
@@ -150,14 +150,12 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
 
 
 def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, monkeypatch):
-    from models.ddpg import UpdateLosses
-    from training import update
+    from models.learner import Learner
 
-    def diverged(population, batch, **kwargs):
-        nan = torch.full((population.popsize,), float("nan"))
-        return UpdateLosses(nan, nan)
+    def diverged(self, batch, **kwargs):
+        return {"actor": torch.full((self.actor.popsize,), float("nan"))}
 
-    monkeypatch.setattr(update, "ddpg_update", diverged)
+    monkeypatch.setattr(Learner, "update", diverged)
     config = override(
         preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2, "ddpg.learning_starts": 0}
     )
@@ -261,5 +259,5 @@ def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
     with pytest.raises(RunStopped) as stopped:
         trainer.run(until=1)
     assert stopped.value.generation == 0
-    assert int(trainer.population.actor_optim.step_count) == 1  # one update taken, the second never started
+    assert int(trainer.population.learner.actor_optim.step_count) == 1  # one update taken, the second never started
     assert checkpoint.latest_generation(trainer.run_dir) is None

@@ -3,6 +3,7 @@ and what a batched DDPG update saves for backward."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import pytest
@@ -11,7 +12,6 @@ from torch.profiler import ProfilerActivity, profile
 
 from config import Config, override, preset
 from environment.observation import WindowGatherer
-from models.ddpg import ddpg_update
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
 from tests.synthetic import make_market, make_population, random_simplex
@@ -27,7 +27,8 @@ def _config(**values) -> Config:
 
 
 def _population(config: Config, slots: range | None = None) -> Population:
-    return make_population(config.evolution.popsize, WINDOW, model=config.model, slots=slots)
+    learning = dataclasses.asdict(config.ddpg)
+    return make_population(config.evolution.popsize, WINDOW, model=config.model, slots=slots, **learning)
 
 
 def _bytes(tensors) -> int:
@@ -40,13 +41,13 @@ def test_the_population_count_is_the_bytes_of_a_real_population(slots):
     population = _population(config, slots)
     agents = len(population.slots)
     sizes = sizing.agent_tensor_sizes(config.model, WINDOW)
-    for name, module in (("actor", population.actor), ("critic", population.critic)):
+    for name, module in (("actor", population.actor), ("critic", population.learner.critic)):
         assert sorted(sizes[name]) == sorted(p[0].numel() for p in module.parameters())
 
     counted = sizing.population_bytes(config.model, WINDOW, agents=agents)
     state = population.state_tensors()  # every network, the champion, the moments, the exploration stdevs
     moments = [t for key, t in state.items() if key.startswith(("actor_optim.", "critic_optim."))]
-    grads = [p.grad for p in [*population.actor.parameters(), *population.critic.parameters()]]
+    grads = [p.grad for p in [*population.actor.parameters(), *population.learner.critic.parameters()]]
     assert counted[sizing.OPTIMISER] == _bytes(moments) + _bytes(grads)
     assert counted[sizing.NETWORKS] == _bytes(state.values()) - _bytes(moments)
 
@@ -138,17 +139,7 @@ UPDATE_CASES = pytest.mark.parametrize(
 
 
 def _update(config: Config, population: Population, batch: ReplayBatch) -> None:
-    ddpg = config.ddpg
-    ddpg_update(
-        population,
-        batch,
-        gamma=ddpg.gamma,
-        tau=ddpg.tau,
-        max_grad_norm=ddpg.max_grad_norm,
-        objective=ddpg.actor_objective,
-        cost_rate=config.env.cost_rate,
-        tilt_penalty=ddpg.tilt_penalty,
-    )
+    population.learner.update(batch)
 
 
 @UPDATE_CASES

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from config import override, preset
-from models.ddpg import ddpg_update
 from training.loop import Trainer
 from training.runs import start_run
 
@@ -23,11 +22,12 @@ def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
     summed, stepped = (trainer_with(tmp_path / name, **{"ddpg.gamma": 0.9}) for name in ("summed", "stepped"))
     frozen = torch.zeros(summed.config.evolution.popsize, dtype=torch.bool)
     summed.updates.begin(frozen=frozen)
-    for _ in range(3):
-        summed.updates()
+    for index in range(3):
+        summed.updates(index)
     losses = [stepped.updates.step() for _ in range(3)]
-    critic = losses[0].critic + losses[1].critic + losses[2].critic
-    actor = losses[0].actor + losses[1].actor + losses[2].actor
+    critic = losses[0]["critic"] + losses[1]["critic"] + losses[2]["critic"]
+    actor = losses[0]["actor"] + losses[1]["actor"] + losses[2]["actor"]
+    assert summed.updates.loss_names == ("critic", "actor")
     assert torch.equal(summed.updates.loss_sums, torch.stack([critic, actor], dim=1))  # (P, 2)
     assert all(
         torch.equal(a, b) for a, b in zip(summed.population.actor.parameters(), stepped.population.actor.parameters())
@@ -75,18 +75,19 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
     buffer allocated once."""
     seen: dict[str, list] = {"quiet": [], "noisy": []}
 
-    def capture(name):
-        def update(population, batch, **kwargs):
-            losses = ddpg_update(population, batch, **kwargs)  # the noise is added in place, in the update
-            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))
-            return losses
+    def capture(name, learner):
+        original = learner.update
+
+        def update(batch, **kwargs):
+            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))  # as the learner receives it
+            return original(batch, **kwargs)
 
         return update
 
     quiet = trainer_with(tmp_path / "quiet", **{"ddpg.observation_noise": 0.0})
     noisy = trainer_with(tmp_path / "noisy", **{"ddpg.observation_noise": 0.5})
     for name, trainer in (("quiet", quiet), ("noisy", noisy)):
-        monkeypatch.setattr("training.update.ddpg_update", capture(name))
+        monkeypatch.setattr(trainer.updates.learner, "update", capture(name, trainer.updates.learner))
         trainer.updates.step()
         draws = None if trainer.updates.noise is None else trainer.updates.noise.draws.data_ptr()
         trainer.updates.step()
@@ -102,10 +103,10 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
 
 
 def test_with_the_default_settings_a_critic_nothing_reads_changes_no_actor_fitness_or_validation(tmp_path, monkeypatch):
-    """Skipping the critic (``models.ddpg.trains_critic``) removes work, not results: a run that trains a critic
+    """Skipping the critic (``models.learner.trains_critic``) removes work, not results: a run that trains a critic
     nothing reads (as earlier versions did) gives the same actors, fitness, validation and champion bit for bit, and
     its metrics rows say the critic was trained; the default run's rows say it was not, with no critic loss."""
-    from models import ddpg
+    from models import learner
 
     def run(name: str) -> tuple[Trainer, list[dict]]:
         config = override(
@@ -117,7 +118,7 @@ def test_with_the_default_settings_a_critic_nothing_reads_changes_no_actor_fitne
         return trainer, found
 
     skipped, skipped_rows = run("skipped")
-    monkeypatch.setattr(ddpg, "trains_critic", lambda objective, gamma: True)
+    monkeypatch.setattr(learner, "trains_critic", lambda objective, gamma: True)
     trained, trained_rows = run("trained")
     measured = ("fitness", "validation", "champion", "best_edge", "selection_z", "elites", "actor_loss")
     for mine, theirs in zip(skipped_rows, trained_rows):

@@ -1,0 +1,312 @@
+"""The learner: every agent's actor-critic update at once, DDPG or TD3, as one object.
+
+The learner owns the agents' networks (actor, critic, their targets), their optimisers and step counts, and answers
+``update(batch) -> losses``, what it saves (``agent_tensors``, ``step_counts``), what an offspring inherits
+(``inheritance``) and what it costs in memory (``models.sizing`` builds one on the meta device). Each agent's loss
+depends only on its own slice of the stacked parameters, so the sum of the per-agent losses has, for each slice,
+exactly that agent's gradient: one backward trains all P.
+
+As in Stable-Baselines3, DDPG is TD3 with one critic, no target policy smoothing and an actor step every update:
+
+* ``ddpg``: the critic learns Q on the TD target ``r + gamma * Q'(s', actor'(s'))``.
+* ``td3``: twin critics, each on the target ``r + gamma * min(Q1', Q2')(s', softmax(logits'(s') + clipped noise))``
+  (the action lives on the simplex, so the smoothing noise goes on the target actor's logits, as exploration's
+  does), and the actor and the targets move every ``policy_delay``-th update only.
+
+The actor has two objectives:
+
+* ``critic``: maximise ``Q1(s, actor(s))``. The critic must learn from noisy rewards how each asset's weight pays,
+  and its errors are what the actor climbs.
+* ``model``: the market is exogenous (a trade moves no price), so the day after a recorded decision is known for
+  *any* action: maximise ``r(s, a) + gamma * Q1(s', actor(s'))`` with ``a = actor(s)``, where ``r`` and the next
+  weights in ``s'`` come from ``environment.kernel.portfolio_step`` on the recorded price relatives, differentiated
+  exactly. Only the value of the days after that comes from the critic (a one-step value expansion). Costs are in
+  ``r``, so every gradient weighs a trade against what it pays.
+
+Either objective may subtract ``tilt_penalty * ||a - equal weight||^2`` a day: a prior at equal weight, so that a
+tilt the data do not pay for consistently (on a market with no signal, none is) decays instead of drifting with the
+noise the gradient fits.
+
+Nothing is computed that nothing reads: with the ``model`` objective and ``gamma`` 0 no one reads a critic, so none is
+trained (``trains_critic``); at ``gamma`` 0 the target networks are neither run nor averaged, since their value would
+be multiplied by zero.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from config import DDPGConfig, ModelConfig
+from environment.kernel import portfolio_step
+from models.networks import Actor, Critic, Rows
+from models.optim import BatchedAdam
+from models.replay import ReplayBatch
+
+
+class Inheritance(NamedTuple):
+    """What an offspring takes from its parents (``training.evolution``), tensors whose dim 0 is the agent."""
+
+    blended: dict[str, torch.Tensor]
+    """The actor: a blend of the parent and a mate, then mutated."""
+    copied: dict[str, torch.Tensor]
+    """From the parent alone: what it learned beside the actor (its moments, the critics, their targets)."""
+    restarted: list[tuple[torch.Tensor, torch.Tensor]]
+    """(target, source): a target network that restarts from the offspring's new network."""
+
+
+def trains_critic(objective: str, gamma: float) -> bool:
+    """Whether anything reads a critic: the ``critic`` objective, or a discount above 0 (the next day's value in
+    either objective). With the ``model`` objective and ``gamma`` 0 the actor climbs the exact reward alone, and a
+    critic trained beside it would be work whose result nothing uses."""
+    return objective == "critic" or gamma > 0
+
+
+class Learner:
+    """The actor-critic learner of ``agents`` agents (DDPG or TD3, ``settings.algorithm``), batched over them.
+
+    Args:
+        agents: the agents this learner holds (dim 0 of every tensor).
+        window_size: L * K values per asset window.
+        model: the networks' widths.
+        settings: the learner's hyperparameters (``config.DDPGConfig``).
+        cost_rate: the environment's, for the ``model`` objective.
+        device: where every tensor lives.
+        generator: draws the initial parameters.
+        rows: the agents of a larger population these are (``models.networks.Rows``): every draw is made for all of
+            it, so an agent's values do not depend on how the population is split over processes.
+        per_agent_lr: give the actor's optimiser a per-agent learning-rate scale (``BatchedAdam.lr_scale``).
+        noise_generator: the device stream TD3's target smoothing noise is drawn from (the replay batches' stream).
+    """
+
+    def __init__(
+        self,
+        agents: int,
+        window_size: int,
+        model: ModelConfig,
+        settings: DDPGConfig,
+        *,
+        cost_rate: float,
+        device: torch.device | str,
+        generator: torch.Generator,
+        rows: Rows | None = None,
+        per_agent_lr: bool = False,
+        noise_generator: torch.Generator | None = None,
+    ) -> None:
+        self.settings = settings
+        self.cost_rate = cost_rate
+        self.rows = rows
+        twins = settings.algorithm == "td3"
+        self.policy_delay = settings.policy_delay if twins else 1
+        self.target_noise = settings.target_noise if twins else 0.0
+        self.trains_critic = trains_critic(settings.actor_objective, settings.gamma)
+        self.reads_targets = self.trains_critic and settings.gamma > 0
+        """The TD target's next-day value is read only at gamma > 0: else targets are neither run nor averaged."""
+
+        def networks(kind: type[Actor] | type[Critic]) -> tuple[torch.nn.Module, torch.nn.Module]:
+            online, target = (kind(agents, window_size, model).to(device) for _ in range(2))
+            online.reset_parameters(generator, rows=rows)
+            with torch.no_grad():
+                for mine, theirs in zip(target.parameters(), online.parameters()):
+                    mine.copy_(theirs)
+            return online, target.requires_grad_(False)
+
+        self.actor, self.actor_target = networks(Actor)
+        self.critic, self.critic_target = networks(Critic)
+        self.twin_critic, self.twin_critic_target = networks(Critic) if twins else (None, None)
+        self.actor_optim = BatchedAdam(
+            list(self.actor.parameters()),
+            lr=settings.actor_lr,
+            max_grad_norm=settings.max_grad_norm,
+            per_agent_lr=per_agent_lr,
+        )
+        self.critic_optim = BatchedAdam(
+            [p for critic in self.critics for p in critic.parameters()],
+            lr=settings.critic_lr,
+            max_grad_norm=settings.max_grad_norm,
+        )
+        self.noise_generator = noise_generator
+        self._smoothing: torch.Tensor | None = None  # TD3's target smoothing noise, this learner's rows
+
+    @property
+    def critics(self) -> list[Critic]:
+        """The critics trained together: one (DDPG) or twins (TD3)."""
+        return [c for c in (self.critic, self.twin_critic) if c is not None]
+
+    @property
+    def critic_targets(self) -> list[Critic]:
+        return [c for c in (self.critic_target, self.twin_critic_target) if c is not None]
+
+    @property
+    def loss_names(self) -> tuple[str, ...]:
+        """The losses ``update`` reports, in order: the critics' (when trained) and the actor's."""
+        return ("critic", "actor") if self.trains_critic else ("actor",)
+
+    def takes_actor_step(self, update: int) -> bool:
+        """Whether the ``update``-th update of a generation (0-based) moves the actor and the targets (TD3: every
+        ``policy_delay``-th)."""
+        return (update + 1) % self.policy_delay == 0
+
+    # ------------------------------------------------------------------ the losses
+
+    @torch.no_grad()
+    def td_target(self, batch: ReplayBatch, smoothing: torch.Tensor | None = None) -> torch.Tensor:
+        """(P, B) the critics' target: the reward, plus at gamma > 0 the discounted value of the next day by the target
+        networks (TD3: the smaller of the twins', of the target actor's action with ``smoothing`` on its logits).
+        Truncation is not an end: only termination stops the bootstrap."""
+        gamma = self.settings.gamma
+        if gamma == 0:
+            return batch.rewards  # the next day's value would be multiplied by zero: not computed
+        logits = self.actor_target.logits(batch.next_windows, batch.next_weights)
+        if smoothing is not None:
+            logits = logits + smoothing
+        next_actions = torch.softmax(logits, dim=-1)
+        next_q = self.critic_target(batch.next_windows, batch.next_weights, next_actions)
+        if self.twin_critic_target is not None:
+            twin = self.twin_critic_target(batch.next_windows, batch.next_weights, next_actions)
+            next_q = torch.minimum(next_q, twin)
+        return batch.rewards + gamma * (1.0 - batch.terminated) * next_q  # (P, B)
+
+    def critic_loss(self, batch: ReplayBatch, target_q: torch.Tensor) -> torch.Tensor:
+        """(P,) the squared TD error of each agent's critics, summed over the critics."""
+        loss = None
+        for critic in self.critics:
+            q = critic(batch.windows, batch.weights, batch.actions)  # (P, B)
+            error = (q - target_q).pow(2).mean(dim=1)  # (P,)
+            loss = error if loss is None else loss + error
+        return loss
+
+    def actor_loss(self, batch: ReplayBatch) -> torch.Tensor:
+        """(P,) minus each agent's objective (``settings.actor_objective``), with the tilt penalty."""
+        gamma = self.settings.gamma
+        actions = self.actor(batch.windows, batch.weights)  # (P, B, N + 1)
+        if self.settings.actor_objective == "model":
+            step = portfolio_step(batch.weights, actions, batch.next_relatives, cost_rate=self.cost_rate)
+            value = step.rewards  # (P, B)
+            if gamma > 0:
+                next_actions = self.actor(batch.next_windows, step.next_weights)
+                next_q = self.critic(batch.next_windows, step.next_weights, next_actions)
+                value = value + gamma * (1.0 - batch.terminated) * next_q
+        else:
+            value = self.critic(batch.windows, batch.weights, actions)
+        if self.settings.tilt_penalty > 0:
+            assets = actions.shape[-1] - 1
+            equal_weight = torch.full_like(actions[0, 0], 1.0 / assets)
+            equal_weight[0] = 0.0  # cash first
+            value = value - self.settings.tilt_penalty * (actions - equal_weight).pow(2).sum(dim=-1)  # (P, B)
+        return -value.mean(dim=1)
+
+    # ------------------------------------------------------------------ one update
+
+    def update(self, batch: ReplayBatch, *, actor_step: bool = True) -> dict[str, torch.Tensor]:
+        """One update of every agent on ``batch`` (P, B): the critics on the TD target (when something reads them),
+        then, with ``actor_step`` (``takes_actor_step``), the actor on its objective and the targets' Polyak average.
+        Returns the (P,) losses it computed, detached, by ``loss_names``."""
+        losses = {}
+        if self.trains_critic:
+            loss = self.critic_loss(batch, self.td_target(batch, self._smoothing_noise(batch.actions)))
+            self.critic_optim.zero_grad()
+            loss.sum().backward()
+            self.critic_optim.step()
+            losses["critic"] = loss.detach()
+        if actor_step:
+            for critic in self.critics:  # the actor's loss must not spend work on critic gradients
+                critic.requires_grad_(False)
+            try:
+                loss = self.actor_loss(batch)
+                self.actor_optim.zero_grad()
+                loss.sum().backward()
+            finally:
+                for critic in self.critics:
+                    critic.requires_grad_(True)
+            self.actor_optim.step()
+            if self.reads_targets:
+                self.average_targets_()
+            losses["actor"] = loss.detach()
+        return losses
+
+    @torch.no_grad()
+    def _smoothing_noise(self, like: torch.Tensor) -> torch.Tensor | None:
+        """TD3's target policy smoothing for a batch whose actions are ``like`` (P, B, N + 1): Gaussian noise of
+        ``target_noise`` clipped to ``target_noise_clip``, for the target actor's logits; drawn for the whole
+        population from ``noise_generator``, this learner's rows kept. None for DDPG or at gamma 0."""
+        if self.target_noise == 0 or not self.reads_targets:
+            return None
+        if self._smoothing is None:  # allocated once, at the first update
+            popsize = like.shape[0] if self.rows is None else self.rows.popsize
+            self._draws = torch.empty((popsize, *like.shape[1:]), device=like.device)
+            self._smoothing = torch.empty_like(like)
+        torch.randn(self._draws.shape, generator=self.noise_generator, out=self._draws)
+        mine = self._draws if self.rows is None else self._draws[self.rows.slots.start : self.rows.slots.stop]
+        clip = self.settings.target_noise_clip
+        return torch.clamp(mine * self.target_noise, -clip, clip, out=self._smoothing)
+
+    @torch.no_grad()
+    def average_targets_(self) -> None:
+        """target <- target + tau * (online - target), for every network and its target."""
+        for online, target in self.trained_pairs():
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.settings.tau)
+
+    def trained_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+        """(network, its target) for the actor and every critic."""
+        pairs = [(self.actor, self.actor_target), (self.critic, self.critic_target)]
+        if self.twin_critic is not None:
+            pairs.append((self.twin_critic, self.twin_critic_target))
+        return pairs
+
+    # ------------------------------------------------------------------ its state
+
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """Every network by its checkpoint prefix."""
+        out = {"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target}
+        out["critic_target"] = self.critic_target
+        if self.twin_critic is not None:
+            out.update(twin_critic=self.twin_critic, twin_critic_target=self.twin_critic_target)
+        return out
+
+    def agent_tensors(self) -> dict[str, torch.Tensor]:
+        """Every stacked tensor of the learner (dim 0 = agent), by checkpoint key: the networks' parameters and both
+        optimisers' moments (``actor_optim.exp_avg.<name>``, ...; the twin critic's names start with ``twin.``)."""
+        out = {
+            f"{prefix}.{name}": tensor
+            for prefix, module in self.networks().items()
+            for name, tensor in module.named_parameters()
+        }
+        for prefix, optim, names in (
+            ("actor_optim", self.actor_optim, self._names(self.actor)),
+            ("critic_optim", self.critic_optim, self._critic_names()),
+        ):
+            out.update({f"{prefix}.{key}": tensor for key, tensor in optim.state_tensors(names).items()})
+        return out
+
+    def step_counts(self) -> dict[str, torch.Tensor]:
+        """Each optimiser's steps (0-dim float64 on the device), by name."""
+        return {"actor": self.actor_optim.step_count, "critic": self.critic_optim.step_count}
+
+    def inheritance(self) -> Inheritance:
+        """What an offspring inherits: its actor blended (``blended``); from the parent, the actor's moments and,
+        when the critics are trained, the critics, their moments and, when read, their targets (``copied``); the actor
+        target restarts from the new actor when targets are read (``restarted``). Nothing that nothing reads moves."""
+        tensors = self.agent_tensors()
+        blended = {k: t for k, t in sorted(tensors.items()) if k.startswith("actor.")}
+        keep = ["actor_optim."]
+        if self.trains_critic:
+            keep += ["critic.", "critic_optim.", "twin_critic."]
+            if self.reads_targets:
+                keep += ["critic_target.", "twin_critic_target."]
+        copied = {k: t for k, t in sorted(tensors.items()) if k.startswith(tuple(keep))}
+        restarted = []
+        if self.reads_targets:
+            restarted = list(zip(self.actor_target.parameters(), self.actor.parameters()))
+        return Inheritance(blended, copied, restarted)
+
+    @staticmethod
+    def _names(module: torch.nn.Module) -> list[str]:
+        return [name for name, _ in module.named_parameters()]
+
+    def _critic_names(self) -> list[str]:
+        names = self._names(self.critic)
+        if self.twin_critic is not None:
+            names += [f"twin.{name}" for name in self._names(self.twin_critic)]
+        return names
