@@ -15,6 +15,13 @@ way.
   learning gives it a reason to. All-zero last layers are exactly equal weight (``set_equal_weight_``).
 * Critic: per asset, [embedding, weight, action] -> MLP, averaged over assets, then with the cash
   weight and action -> MLP -> Q.
+
+A head's first layer reads the concatenation of its inputs, but the concatenation is never written: its weight's
+rows for each input multiply that input alone (``BatchedLinear.part``), so the context's product is made once per
+observation, not once per asset, and the part that depends on the windows alone (the encoder, the embeddings' and
+the context's products) is computed apart from the part that depends on the portfolio's weights
+(``Actor.features`` and ``Actor.decide``; ``Critic.features`` and ``Critic.value``). A day's decision then reruns
+only the small part: the windows' part of a whole block of days is computed in one pass (``training.rollout``).
 """
 
 from __future__ import annotations
@@ -71,6 +78,16 @@ class BatchedLinear(nn.Module):
             return torch.baddbmm(self.bias, x, self.weight)
         return torch.matmul(x, self.weight) + self.bias  # x shared by all agents: (1, M, in)
 
+    def part(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """(P, ..., stop - start) -> (P, ..., out): the product of the input rows ``start:stop`` of the weight, without
+        the bias, as if ``x`` stood at those columns of the layer's input."""
+        flat = x.reshape(x.shape[0], -1, x.shape[-1])
+        return torch.bmm(flat, self.weight[:, start:stop]).reshape(*x.shape[:-1], self.weight.shape[-1])
+
+    def column(self, index: int) -> torch.Tensor:
+        """(P, out) the weight's row for one scalar input ``index``: what one unit of that input adds."""
+        return self.weight[:, index]
+
 
 class BatchedMLP(nn.Module):
     """Batched linear layers with ReLU between them (none after the last)."""
@@ -114,6 +131,15 @@ class AssetEncoder(nn.Module):
             return self.mlp(windows).float()  # the heads and everything after stay in float32
 
 
+class ActorFeatures(NamedTuple):
+    """What an actor computes from observation windows alone, before it sees the portfolio's weights."""
+
+    assets: torch.Tensor
+    """(P, M, N, H) the asset head's first layer on [embedding, context], with bias; the weight's term comes later."""
+    cash: torch.Tensor
+    """(P, M, H) the cash head's first layer on the context with its bias."""
+
+
 class Actor(nn.Module):
     """Deterministic policy of P agents: observation -> logits over N + 1 slots (cash first)."""
 
@@ -149,14 +175,32 @@ class Actor(nn.Module):
             mine.copy_(theirs[index : index + 1])
         return single.requires_grad_(False)
 
+    def features(self, windows: torch.Tensor) -> ActorFeatures:
+        """windows (P or 1, M, N, L * K) -> what the heads compute from them before the weights (``ActorFeatures``)."""
+        embedding = self.model.embedding
+        emb = self.encoder(windows)  # (P, M, N, D)
+        context = emb.mean(dim=2)  # (P, M, D)
+        first = self.asset_head.layers[0]
+        context_part = first.part(context, embedding, 2 * embedding) + first.bias  # (P, M, H), once per observation
+        assets = first.part(emb, 0, embedding) + context_part.unsqueeze(2)  # (P, M, N, H)
+        cash_first = self.cash_head.layers[0]
+        cash = cash_first.part(context, 0, embedding) + cash_first.bias  # (P, M, H)
+        return ActorFeatures(assets, cash)
+
+    def decide(self, features: ActorFeatures, weights: torch.Tensor) -> torch.Tensor:
+        """``features`` of M observations and their weights (P, M, N + 1) -> logits (P, M, N + 1)."""
+        popsize, hidden = features.cash.shape[0], features.cash.shape[-1]
+        asset_weight = self.asset_head.layers[0].column(2 * self.model.embedding).view(popsize, 1, 1, hidden)
+        asset_hidden = torch.relu(torch.addcmul(features.assets, weights[..., 1:, None], asset_weight))  # (P, M, N, H)
+        asset_logits = self.asset_head.layers[1](asset_hidden.flatten(1, 2)).view(weights[..., 1:].shape)  # (P, M, N)
+        cash_weight = self.cash_head.layers[0].column(self.model.embedding).view(popsize, 1, hidden)
+        cash_hidden = torch.relu(torch.addcmul(features.cash, weights[..., :1], cash_weight))  # (P, M, H)
+        cash_logit = self.cash_head.layers[1](cash_hidden)  # (P, M, 1)
+        return torch.cat([cash_logit, asset_logits], dim=-1)
+
     def logits(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """windows (P or 1, M, N, L * K), weights (P, M, N + 1) -> logits (P, M, N + 1)."""
-        emb = self.encoder(windows)  # (P, M, N, D)
-        context = emb.mean(dim=2, keepdim=True)  # (P, M, 1, D)
-        asset_in = torch.cat([emb, context.expand_as(emb), weights[..., 1:, None]], dim=-1)
-        asset_logits = self.asset_head(asset_in)[..., 0]  # (P, M, N)
-        cash_logit = self.cash_head(torch.cat([context[:, :, 0], weights[..., :1]], dim=-1))  # (P, M, 1)
-        return torch.cat([cash_logit, asset_logits], dim=-1)
+        return self.decide(self.features(windows), weights)
 
     def forward(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Target weights (P, M, N + 1) on the simplex."""
@@ -169,6 +213,7 @@ class Critic(nn.Module):
     def __init__(self, popsize: int, window_size: int, model: ModelConfig):
         super().__init__()
         self.popsize = popsize
+        self.model = model
         self.encoder = AssetEncoder(popsize, window_size, model)
         self.asset_head = BatchedMLP(popsize, [model.embedding + 2, model.head_hidden], final_activation=True)
         self.value_head = BatchedMLP(popsize, [model.head_hidden + 2, model.head_hidden, 1])
@@ -177,9 +222,24 @@ class Critic(nn.Module):
         for module in (self.encoder, self.asset_head, self.value_head):
             module.reset_parameters(generator, rows=rows)
 
+    def features(self, windows: torch.Tensor) -> torch.Tensor:
+        """windows (P or 1, M, N, L * K) -> (P, M, N, H): the asset head's first layer on the embeddings, with bias."""
+        first = self.asset_head.layers[0]
+        return first.part(self.encoder(windows), 0, self.model.embedding) + first.bias.unsqueeze(1)
+
+    def value(self, features: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``features`` of M observations, their weights and actions (P, M, N + 1) -> Q (P, M)."""
+        popsize, hidden = features.shape[0], features.shape[-1]
+        embedding = self.model.embedding
+        first = self.asset_head.layers[0]
+        asset_in = torch.addcmul(features, weights[..., 1:, None], first.column(embedding).view(popsize, 1, 1, hidden))
+        asset_in = torch.addcmul(asset_in, actions[..., 1:, None], first.column(embedding + 1).view(popsize, 1, 1, -1))
+        pooled = torch.relu(asset_in).mean(dim=2)  # (P, M, H)
+        value_first = self.value_head.layers[0]
+        value_in = value_first.part(pooled, 0, hidden) + value_first.bias
+        value_in = torch.addcmul(value_in, weights[..., :1], value_first.column(hidden).view(popsize, 1, -1))
+        value_in = torch.addcmul(value_in, actions[..., :1], value_first.column(hidden + 1).view(popsize, 1, -1))
+        return self.value_head.layers[1](torch.relu(value_in))[..., 0]  # (P, M)
+
     def forward(self, windows: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        emb = self.encoder(windows)  # (P, M, N, D)
-        asset_in = torch.cat([emb, weights[..., 1:, None], actions[..., 1:, None]], dim=-1)
-        pooled = self.asset_head(asset_in).mean(dim=2)  # (P, M, H)
-        value_in = torch.cat([pooled, weights[..., :1], actions[..., :1]], dim=-1)
-        return self.value_head(value_in)[..., 0]  # (P, M)
+        return self.value(self.features(windows), weights, actions)

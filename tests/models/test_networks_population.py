@@ -200,3 +200,55 @@ def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
     q, q_exact = critic_bf16(shared, weights, actions), critic(shared, weights, actions)
     assert q.dtype == torch.float32 and torch.allclose(q, q_exact, atol=0.05, rtol=0.05)
 
+
+# --------------------------------------------------------------------------- the heads, without concatenations
+
+
+def _concatenated_actor_logits(actor: Actor, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The actor's function as its docstring writes it: each head's input concatenated, then its MLP."""
+    emb = actor.encoder(windows)  # (P, M, N, D)
+    context = emb.mean(dim=2, keepdim=True)
+    asset_in = torch.cat([emb, context.expand_as(emb), weights[..., 1:, None]], dim=-1)
+    asset_logits = actor.asset_head(asset_in)[..., 0]
+    cash_logit = actor.cash_head(torch.cat([context[:, :, 0], weights[..., :1]], dim=-1))
+    return torch.cat([cash_logit, asset_logits], dim=-1)
+
+
+def _concatenated_q(critic: Critic, windows: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor):
+    emb = critic.encoder(windows)
+    pooled = critic.asset_head(torch.cat([emb, weights[..., 1:, None], actions[..., 1:, None]], dim=-1)).mean(dim=2)
+    return critic.value_head(torch.cat([pooled, weights[..., :1], actions[..., :1]], dim=-1))[..., 0]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tolerance"), [(torch.float64, 1e-12), (torch.float32, 2e-6)], ids=["float64", "float32"]
+)
+@torch.no_grad()
+def test_the_heads_compute_the_concatenated_function_within_rounding(dtype, tolerance):
+    """The heads never write their concatenated inputs (each input multiplies its own rows of the first layer's weight):
+    the same function, to float64's rounding in float64 and float32's in float32 (relative to the outputs' scale)."""
+    g = torch.Generator().manual_seed(7)
+    actor, critic = _build(Actor, P, seed=8).to(dtype), _build(Critic, P, seed=9).to(dtype)
+    for net in (actor, critic):  # last layers of full size, so that the heads' outputs are not near zero
+        for param in net.parameters():
+            param.copy_(torch.randn(param.shape, generator=g, dtype=dtype) * 0.5)
+    shared, per_agent, weights, actions = (t.to(dtype) for t in _inputs(seed=10))
+    for windows in (shared, per_agent):
+        logits, expected = actor.logits(windows, weights), _concatenated_actor_logits(actor, windows, weights)
+        q, expected_q = critic(windows, weights, actions), _concatenated_q(critic, windows, weights, actions)
+        for got, want in ((logits, expected), (q, expected_q)):
+            assert got.dtype == dtype and got.shape == want.shape
+            assert (got - want).abs().max() <= tolerance * want.abs().max(), (got - want).abs().max()
+
+
+@torch.no_grad()
+def test_an_actors_features_of_many_observations_decide_each_one_as_alone():
+    """What the windows alone give (``Actor.features``) computed for a block of M observations at once, then decided
+    one observation at a time, is what each observation's own forward gives: the basis of a block of days."""
+    actor = _build(Actor, P, seed=11)
+    shared, _per_agent, weights, _ = _inputs(seed=12)
+    block = actor.features(shared)
+    for m in range(M):
+        one = actor.logits(shared[:, m : m + 1], weights[:, m : m + 1])
+        sliced = type(block)(*(part[:, m : m + 1] for part in block))
+        torch.testing.assert_close(actor.decide(sliced, weights[:, m : m + 1]), one, rtol=1e-6, atol=1e-7)
