@@ -104,18 +104,14 @@ def measured_peaks(device: torch.device, *, size: int) -> dict[str, float]:
 
 
 def compulsory_bytes(trainer: Trainer) -> int:
-    """Bytes an update must move at least: parameters read twice (forward, backward) and written once by Adam,
-    gradients written and read, both Adam moments read and written, the targets read and written by Polyak
-    averaging, and the activations saved for backward written and read once."""
-    population = trainer.population
-    parameters = sum(
-        p.numel() * p.element_size() for m in (population.actor, population.learner.critic) for p in m.parameters()
-    )
-    targets = sum(
-        p.numel() * p.element_size()
-        for m in (population.learner.actor_target, population.learner.critic_target)
-        for p in m.parameters()
-    )
+    """Bytes an update must move at least: the trained parameters read twice (forward, backward) and written once by
+    Adam, gradients written and read, both Adam moments read and written, the targets it reads read and written by
+    Polyak averaging, and the activations saved for backward written and read once."""
+    learner = trainer.population.learner
+    trained = [learner.actor, *(learner.critics if learner.trains_critic else [])]
+    parameters = sum(p.numel() * p.element_size() for m in trained for p in m.parameters())
+    read_targets = [target for _, target in learner.trained_pairs()] if learner.reads_targets else []
+    targets = sum(p.numel() * p.element_size() for m in read_targets for p in m.parameters())
     saved = [0]
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -140,8 +136,8 @@ def measure(config: Any, *, updates: int) -> dict[str, Any]:
         compulsory = compulsory_bytes(trainer)
         # The loop's update, as the update phase calls it: graphed with runtime.cuda_graphs on CUDA.
         trainer.updates.begin(frozen=torch.zeros(len(trainer.sharding.slots), dtype=torch.bool))
-        graphed = trainer.updates.graphed
-        seconds = timed(trainer.updates, device, repeats=updates, warmup=graphed.warmup + 2)  # past the capture
+        graphed = trainer.updates.steps[True]
+        seconds = timed(lambda: trainer.updates(0), device, repeats=updates, warmup=graphed.warmup + 2)  # past capture
         precision = torch.get_float32_matmul_precision()
         peaks = measured_peaks(device, size=8192 if device.type == "cuda" else 1024)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -17,6 +17,7 @@ Spaces, per agent and episode (see ``kernel`` for the step arithmetic):
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -90,6 +91,7 @@ class VectorPortfolioEnv:
         self.weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1), likewise
         self._days = torch.zeros(num_episodes, dtype=torch.long, device=device)  # (E,)
         self._day = torch.zeros(1, dtype=torch.long, device=device)  # (1,) the step within the window
+        self._offsets = torch.arange(episode_days, device=device)  # (D,) a day's place in a block of days
         self._step = 0  # the same, counted on the host by ``step``
         self.rewards_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
         self.turnover_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
@@ -115,9 +117,17 @@ class VectorPortfolioEnv:
         self.gatherer.gather(self._days, out=self.windows)
         return Observation(self.windows, self.weights)
 
+    def block_windows(self, days: int, out: torch.Tensor) -> torch.Tensor:
+        """The windows of the next ``days`` decision days of every episode, gathered at once on the device:
+        (E, days, N, L * K) into the front of ``out`` (a buffer from ``gatherer.empty(E, at least days)``)."""
+        shape = (self.num_episodes, days, *out.shape[2:])
+        block = out.view(-1)[: math.prod(shape)].view(shape)  # the buffer's front, contiguous
+        return self.gatherer.gather(self._days[:, None] + self._offsets[:days], out=block)
+
     def apply(self, actions: torch.Tensor) -> Step:
-        """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories, the
-        weights and days, and the next observation's windows (``windows``, ``weights``) are written in place."""
+        """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories and the
+        weights and days are written in place (the next observation's windows are gathered by ``observe`` or
+        ``block_windows``)."""
         relatives = with_cash(self.market.relatives[self._days + 1])  # (E, N + 1)
         result = portfolio_step(self.weights, actions, relatives, cost_rate=self.cost_rate)
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
@@ -133,7 +143,6 @@ class VectorPortfolioEnv:
         self.weights.copy_(result.next_weights)
         self._days += 1
         self._day += 1
-        self.observe()  # after the last day too: the same work every day (its window exists, see episode_starts)
         return step
 
     def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
@@ -142,4 +151,4 @@ class VectorPortfolioEnv:
             raise RuntimeError("episode window is over; call reset()")
         step = self.apply(actions)
         self._step += 1
-        return step, (None if self._step == self.episode_days else Observation(self.windows, self.weights))
+        return step, (None if self._step == self.episode_days else self.observe())

@@ -12,7 +12,6 @@ from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from config import override, preset
 from training.loop import Trainer
-from training.rollout import validate
 from training.setup import load_market
 
 
@@ -24,7 +23,7 @@ def small_trainer(tmp_path) -> Trainer:
 def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
     trainer = small_trainer(tmp_path)
     starts = trainer.validation.starts
-    daily = validate(trainer.population, trainer.validation.env, starts)  # (P + 2, D): agents, champion, EW
+    daily = trainer.validation.run()  # (P + 2, D): agents, champion, EW
     agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
     env = trainer.config.env
     totals = run_episodes(

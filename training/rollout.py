@@ -1,25 +1,72 @@
 """Running policies in the vectorised environment: the rollout phase (``Rollouts``) and validation (``Validation``).
 
-Each is a loop over the days of its windows. A day (``rollout_day``, ``validation_day``) is device work alone, on
-tensors that live as long as the run, so it can be captured once and replayed as a CUDA graph (``training.graphs``);
-the host's part of a day (the replay buffer's count) stays in the loop (``collect``, ``validate``).
+Each runs its episodes' days in lockstep, every day one decision of every agent in every episode. What a decision
+depends on splits in two (``models.networks``): the observation windows, known for every day of an episode before it
+starts, and the portfolio's weights, known only once the day before is traded. So the days go in blocks: the windows
+of a block's days are gathered at once and the networks' part that reads them alone (the encoder and the heads'
+products of its embeddings) runs once for the whole block, a few large matmuls; then each day of the block decides
+from its weights, trades, and writes its transitions. A block's size is set by the memory its windows' part takes
+(``block_lengths``); its results do not depend on it.
+
+A phase's days are device work alone, on tensors that live as long as the run, so each phase's whole run of days
+is captured once and replayed as one CUDA graph (``training.graphs``); the host's part (the replay buffer's count)
+comes after it.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
 
-from config import Config
+from config import Config, ModelConfig
 from environment.market import Market
 from environment.vector_env import Step, VectorPortfolioEnv
+from models.networks import Actor, ActorFeatures
 from models.population import Population
 from models.replay import ReplayBuffer
 from training.fitness import episode_returns, fitness, training_windows
 from training.graphs import GraphedStep
 from training.sharding import Sharding
+
+BLOCK_BYTES = 256 * 2**20
+"""Most bytes the windows' part of a block of days may hold at once: the encoder's activations and the heads'
+features of every agent, episode and asset of the block."""
+FLOAT_BYTES = 4
+
+
+def block_bytes_per_day(model: ModelConfig, *, agents: int, episodes: int, assets: int) -> int:
+    """Bytes a block's windows' part holds for each of its days: the encoder's hidden layer and embeddings, and the
+    asset and cash heads' features, for every agent, episode and asset."""
+    rows = agents * episodes * assets
+    return FLOAT_BYTES * (
+        rows * (model.encoder_hidden + model.embedding + model.head_hidden)
+        + agents * episodes * (model.embedding + model.head_hidden)
+    )
+
+
+def block_lengths(days: int, *, bytes_per_day: int) -> list[int]:
+    """``days`` cut into as few nearly equal blocks as keep each block's windows' part within ``BLOCK_BYTES``."""
+    most = max(1, min(days, BLOCK_BYTES // max(bytes_per_day, 1)))
+    count = math.ceil(days / most)
+    base, longer = divmod(days, count)
+    return [base + 1] * longer + [base] * (count - longer)
+
+
+def block_features(actor: Actor, env: VectorPortfolioEnv, windows: torch.Tensor, days: int) -> ActorFeatures:
+    """The actor's windows' part (``Actor.features``) for the next ``days`` days of every episode of ``env``, each
+    tensor (P, E, days, ...); ``windows``: a buffer from ``env.gatherer.empty(E, at least days)``."""
+    block = env.block_windows(days, out=windows)  # (E, days, N, L * K), shared by every agent
+    features = actor.features(block.flatten(0, 1).unsqueeze(0))  # (P, E * days, ...)
+    shape = (env.num_episodes, days)
+    return ActorFeatures(features.assets.unflatten(1, shape), features.cash.unflatten(1, shape))
+
+
+def on_day(features: ActorFeatures, day: int) -> ActorFeatures:
+    """The features of one day of a block: each tensor (P, E, ...)."""
+    return ActorFeatures(features.assets[:, :, day], features.cash[:, :, day])
 
 
 def exploration_scale(population: Population, exploring: torch.Tensor) -> torch.Tensor:
@@ -29,151 +76,61 @@ def exploration_scale(population: Population, exploring: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
-def rollout_day(
+def roll_out_episodes(
     population: Population,
     env: VectorPortfolioEnv,
     buffer: ReplayBuffer,
+    windows: torch.Tensor,
     *,
+    blocks: list[int],
     noise_scale: torch.Tensor,
     stored_episodes: int,
     generator: torch.Generator,
     share: Callable[[Step], Step] = lambda step: step,
 ) -> None:
-    """One day of every held agent on every window, on the device alone (it can be replayed as a CUDA graph): the
-    actions with noise of ``noise_scale`` (``exploration_scale``) on the logits, the environment's step, and the
-    transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the others are fitness windows that
-    no gradient may see), through ``share``: with the population sharded over processes it returns every rank's
-    transitions of the step (``SharedSteps``). The caller commits ``population.popsize * stored_episodes``
-    transitions to the buffer after each day."""
-    logits = population.actor.logits(env.windows.unsqueeze(0), env.weights)  # (P, E, N + 1)
-    # Drawn for the whole population, each process keeping its slots' rows: a slot's noise is the same however the
-    # population is split.
-    slots = population.slots
-    shape = (population.popsize, *logits.shape[1:])
-    noise = torch.randn(shape, generator=generator, device=generator.device)[slots.start : slots.stop]
-    actions = torch.softmax(logits + noise.to(logits.device) * noise_scale, dim=-1)
-    step = share(env.apply(actions))
+    """Every day of the episodes ``env`` was reset to, in ``blocks`` of days, on the device alone (it can be replayed
+    as a CUDA graph): each day the actions with noise of ``noise_scale`` (``exploration_scale``) on the logits, the
+    environment's step, and the transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the
+    others are fitness windows that no gradient may see), through ``share``: with the population sharded over
+    processes it returns every rank's transitions of the step (``SharedSteps``). The caller commits
+    ``population.popsize * stored_episodes`` transitions a day to the buffer afterwards."""
+    actor, slots = population.actor, population.slots
     kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
-    buffer.write(
-        days=step.days[kept],
-        weights=step.weights[:, kept],
-        actions=step.actions[:, kept],
-        rewards=step.rewards[:, kept],
-        next_weights=step.next_weights[:, kept],
-        terminated=False,
-        truncated=step.truncated,
-    )
-
-
-def bind_rollout_day(
-    population: Population,
-    env: VectorPortfolioEnv,
-    buffer: ReplayBuffer,
-    *,
-    exploring: torch.Tensor,
-    stored_episodes: int,
-    generator: torch.Generator,
-    share: Callable[[Step], Step] = lambda step: step,
-) -> Callable[[], None]:
-    """``rollout_day`` bound to its arguments, a step of no arguments (``training.graphs``); ``exploring`` (E,) as
-    for ``collect``."""
-    return functools.partial(
-        rollout_day,
-        population,
-        env,
-        buffer,
-        noise_scale=exploration_scale(population, exploring),
-        stored_episodes=stored_episodes,
-        generator=generator,
-        share=share,
-    )
+    for days in blocks:
+        features = block_features(actor, env, windows, days)
+        for day in range(days):
+            logits = actor.decide(on_day(features, day), env.weights)  # (P, E, N + 1)
+            # Drawn for the whole population, each process keeping its slots' rows: a slot's noise is the same
+            # however the population is split.
+            shape = (population.popsize, *logits.shape[1:])
+            noise = torch.randn(shape, generator=generator, device=generator.device)[slots.start : slots.stop]
+            actions = torch.softmax(logits + noise.to(logits.device) * noise_scale, dim=-1)
+            step = share(env.apply(actions))
+            buffer.write(
+                days=step.days[kept],
+                weights=step.weights[:, kept],
+                actions=step.actions[:, kept],
+                rewards=step.rewards[:, kept],
+                next_weights=step.next_weights[:, kept],
+                terminated=False,
+                truncated=step.truncated,
+            )
 
 
 @torch.no_grad()
-def collect(
-    population: Population,
-    env: VectorPortfolioEnv,
-    start_days: torch.Tensor,
-    *,
-    exploring: torch.Tensor,
-    buffer: ReplayBuffer,
-    stored_episodes: int,
-    generator: torch.Generator,
-    share: Callable[[Step], Step] = lambda step: step,
-    day: Callable[[], None] | None = None,
-) -> torch.Tensor:
-    """Every agent held here runs every window from ``start_days``, a ``rollout_day`` at a time; episodes where
-    ``exploring`` (E,) is True add Gaussian noise of the agent's stdev to its logits.
-
-    Args:
-        day: ``bind_rollout_day`` of these arguments, as the trainer keeps it (graphed on CUDA, ``training.graphs``);
-            by default it is bound here.
-
-    Returns:
-        (P, E, D) per-step rewards of the agents held here (the environment's history, valid until its next reset).
-    """
-    env.reset(start_days)
-    if day is None:
-        arguments = {"exploring": exploring, "stored_episodes": stored_episodes, "generator": generator, "share": share}
-        day = bind_rollout_day(population, env, buffer, **arguments)
-    written = population.popsize * stored_episodes  # every rank's transitions of a day
-    for _ in range(env.episode_days):
-        day()
-        buffer.commit(written)
-    return env.rewards_per_episode
-
-
-def equal_weights(env: VectorPortfolioEnv) -> torch.Tensor:
-    """(1, E, N + 1) the equal-weight policy's target: 1/N in every asset, nothing in cash."""
-    num_assets = env.weights.shape[-1] - 1
-    equal = torch.full_like(env.weights[-1:], 1.0 / num_assets)
-    equal.select(-1, 0).fill_(0.0)
-    return equal
-
-
-@torch.no_grad()
-def validation_day(population: Population, env: VectorPortfolioEnv, equal: torch.Tensor) -> None:
-    """One day of the deterministic policies of the held agents, the champion and equal weight (``equal_weights``),
-    on the device alone (it can be replayed as a CUDA graph)."""
-    popsize = len(population.slots)
-    windows = env.windows.unsqueeze(0)
-    actions = torch.cat(
-        [
-            population.actor(windows, env.weights[:popsize]),
-            population.champion(windows, env.weights[popsize : popsize + 1]),
-            equal,
-        ]
-    )  # (P + 2, E, N + 1)
-    env.apply(actions)
-
-
-def bind_validation_day(population: Population, env: VectorPortfolioEnv) -> Callable[[], None]:
-    """``validation_day`` bound to its arguments, a step of no arguments (``training.graphs``)."""
-    return functools.partial(validation_day, population, env, equal_weights(env))
-
-
-@torch.no_grad()
-def validate(
-    population: Population,
-    env: VectorPortfolioEnv,
-    start_days: torch.Tensor,
-    *,
-    day: Callable[[], None] | None = None,
-) -> torch.Tensor:
-    """Deterministic policies of the P agents, the champion and equal weight on the same days, a ``validation_day``
-    at a time (``day``: ``bind_validation_day`` of these arguments, as the trainer keeps it; by default bound here).
-
-    ``env`` has P + 2 agents: the population (the agents held here), then the champion, then equal weight (1/N in
-    every asset, rebalanced daily), the baseline of ``training.selection``. Validation runs its range as one episode.
-
-    Returns:
-        (P + 2, E * D) daily log returns net of costs, episodes in order, the champion and equal weight last.
-    """
-    env.reset(start_days)
-    day = day or bind_validation_day(population, env)
-    for _ in range(env.episode_days):
-        day()
-    return env.rewards_per_episode.flatten(1)
+def validate_range(
+    acting: Actor, env: VectorPortfolioEnv, windows: torch.Tensor, actions: torch.Tensor, *, blocks: list[int]
+) -> None:
+    """Every day of the validation episode ``env`` was reset to, in ``blocks`` of days, on the device alone: the
+    deterministic policies of ``acting``'s rows (the agents held here, then the champion) and the fixed actions of
+    ``actions``' last row (equal weight); ``actions`` (P + 2, 1, N + 1) is where the day's actions are written."""
+    rows = acting.popsize
+    for days in blocks:
+        features = block_features(acting, env, windows, days)
+        for day in range(days):
+            logits = acting.decide(on_day(features, day), env.weights[:rows])  # (P + 1, 1, N + 1)
+            torch.softmax(logits, dim=-1, out=actions[:rows])
+            env.apply(actions)
 
 
 class SharedSteps:
@@ -212,7 +169,7 @@ class SharedSteps:
 class Rollouts:
     """The rollout phase of a run: every agent held here on E training windows in lockstep, the first
     ``stored_episodes`` with exploration noise and into the replay buffer, the rest noise-free on fitness windows
-    (``training.fitness``); built once, its day graphed with ``runtime.cuda_graphs`` (``training.graphs``).
+    (``training.fitness``); built once, its days graphed with ``runtime.cuda_graphs`` (``training.graphs``).
 
     Args:
         config: the run's config.
@@ -220,7 +177,7 @@ class Rollouts:
         population, buffer: the run's.
         generators: the run's random streams (``episodes`` draws the windows, ``exploration`` the noise).
         sharding: the slots held here; with several processes each day's transitions are exchanged.
-        graphs: replay the day as a CUDA graph (on CUDA, one process).
+        graphs: replay the days as a CUDA graph (on CUDA, one process).
     """
 
     def __init__(
@@ -236,10 +193,11 @@ class Rollouts:
     ) -> None:
         rollout, evolution = config.rollout, config.evolution
         self.population, self.buffer = population, buffer
+        agents, episodes = len(sharding.slots), rollout.episodes
         self.env = VectorPortfolioEnv(
             market,
-            num_agents=len(sharding.slots),
-            num_episodes=rollout.episodes,
+            num_agents=agents,
+            num_episodes=episodes,
             episode_days=config.env.episode_days,
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
@@ -247,22 +205,27 @@ class Rollouts:
         # Learning windows fill the replay buffer; fitness windows trade days it never holds (training.fitness).
         self.windows = training_windows(config, market)
         self.stored_episodes = rollout.exploring_episodes if rollout.splits_fitness_days else rollout.episodes
-        self.exploring = torch.arange(rollout.episodes, device=market.device) < rollout.exploring_episodes  # (E,)
-        self.fitness_episodes = slice(rollout.episodes - rollout.fitness_episodes, None)  # the noise-free ones
+        self.exploring = torch.arange(episodes, device=market.device) < rollout.exploring_episodes  # (E,)
+        self.fitness_episodes = slice(episodes - rollout.fitness_episodes, None)  # the noise-free ones
         self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
-        self.share = SharedSteps(sharding, num_episodes=rollout.episodes, num_assets=market.num_assets)
+        self.share = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets)
         self.episodes_generator = generators["episodes"]
         self.exploration_generator = exploration = generators["exploration"]
-        day = bind_rollout_day(
+        per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
+        self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day)
+        work = functools.partial(
+            roll_out_episodes,
             population,
             self.env,
             buffer,
-            exploring=self.exploring,
+            self.env.gatherer.empty(episodes, max(self.blocks), device=market.device),
+            blocks=self.blocks,
+            noise_scale=exploration_scale(population, self.exploring),
             stored_episodes=self.stored_episodes,
             generator=exploration,
             share=self.share,
         )
-        self.day = GraphedStep(day, device=market.device, enabled=graphs, generators=[exploration])
+        self.step = GraphedStep(work, device=market.device, enabled=graphs, generators=[exploration])
 
     def sample_starts(self) -> torch.Tensor:
         """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning windows, the rest from
@@ -277,17 +240,10 @@ class Rollouts:
     def run(self, start_days: torch.Tensor) -> torch.Tensor:
         """Every window from ``start_days``; (P, E, D) per-day rewards of the agents held here (the environment's
         history, valid until its next reset)."""
-        return collect(
-            self.population,
-            self.env,
-            start_days,
-            exploring=self.exploring,
-            buffer=self.buffer,
-            stored_episodes=self.stored_episodes,
-            generator=self.exploration_generator,
-            share=self.share,
-            day=self.day,
-        )
+        self.env.reset(start_days)
+        self.step()
+        self.buffer.commit(self.population.popsize * self.stored_episodes * self.env.episode_days)
+        return self.env.rewards_per_episode
 
     def fitness_of(self, rewards: torch.Tensor) -> torch.Tensor:
         """(P, E, D) rewards -> (P,) fitness of the agents held here, from the noise-free episodes."""
@@ -297,22 +253,48 @@ class Rollouts:
 
 class Validation:
     """Validation of a run: the agents held here, the champion and equal weight on the whole validation range as one
-    episode from cash; built once, its day graphed with ``runtime.cuda_graphs`` (``training.graphs``)."""
+    episode from cash; built once, its days graphed with ``runtime.cuda_graphs`` (``training.graphs``).
+
+    The agents and the champion decide as one actor of P + 1 rows (``acting``, filled from the population once per
+    validation), so each day is one forward of all of them; equal weight's action is fixed.
+    """
 
     def __init__(self, config: Config, market: Market, population: Population, *, sharding: Sharding, graphs: bool):
         self.population = population
         validation = market.splits.validation
+        agents = len(sharding.slots)
         self.starts = torch.tensor([validation.start - 1], device=market.device)  # (1,) decides at the close before
         self.env = VectorPortfolioEnv(
             market,
-            num_agents=len(sharding.slots) + 2,
+            num_agents=agents + 2,
             num_episodes=1,
             episode_days=len(validation),
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
         )
-        self.day = GraphedStep(bind_validation_day(population, self.env), device=market.device, enabled=graphs)
+        window_size = config.env.lookback * market.num_features
+        self.acting = Actor(agents + 1, window_size, config.model).to(market.device).requires_grad_(False)
+        self.actions = torch.zeros(agents + 2, 1, market.num_assets + 1, device=market.device)  # (P + 2, 1, N + 1)
+        self.actions[-1, :, 1:].fill_(1.0 / market.num_assets)  # equal weight: 1/N in every asset, nothing in cash
+        per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=1, assets=market.num_assets)
+        self.blocks = block_lengths(len(validation), bytes_per_day=per_day)
+        windows = self.env.gatherer.empty(1, max(self.blocks), device=market.device)
+        work = functools.partial(validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks)
+        self.step = GraphedStep(functools.partial(self._days, work), device=market.device, enabled=graphs)
 
     def run(self) -> torch.Tensor:
         """(P + 2, D) daily log returns of the agents held here, the champion and equal weight, on the device."""
-        return validate(self.population, self.env, self.starts, day=self.day)
+        self.env.reset(self.starts)
+        self.step()
+        return self.env.rewards_per_episode.flatten(1)
+
+    @torch.no_grad()
+    def _days(self, work: Callable[[], None]) -> None:
+        """The population's actors and the champion into ``acting``'s rows, then the days: one device step."""
+        agents = self.population.actor.popsize
+        for acting, actor, champion in zip(
+            self.acting.parameters(), self.population.actor.parameters(), self.population.champion.parameters()
+        ):
+            acting[:agents].copy_(actor)
+            acting[agents:].copy_(champion)
+        work()

@@ -20,6 +20,7 @@ import torch
 
 from config import Config, ModelConfig
 from environment.market import Market
+from training import rollout as rollout_module
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
 
@@ -161,18 +162,20 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
     # bf16 copies of an encoder's weights, cached by autocast for one forward
     weight_casts = agents * (window + model.embedding) * model.encoder_hidden * BF16_BYTES if model.bf16_encoder else 0
 
-    # A step: the actors' forward over every episode, exploration noise drawn for all P (rows kept), scaled, the
-    # logits, their sum and softmax, and the environment's step (target * relatives, next weights, a weights clone).
+    # A block of days (training.rollout): its windows' part for every day of the block (the encoder's activations
+    # and the heads' features), held while the block's days decide; each day then the heads' hidden layers, the
+    # exploration noise drawn for all P (rows kept), the logits, their sum and softmax, and the environment's step
+    # (target * relatives, next weights, a weights clone).
+    def block_bytes(rows: int, episodes: int, days: int) -> int:
+        per_day = rollout_module.block_bytes_per_day(model, agents=rows, episodes=episodes, assets=num_assets)
+        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day))
+        day = FLOAT_BYTES * rows * episodes * (2 * num_assets * model.head_hidden + 2 * model.head_hidden)
+        return per_day * longest + day
+
     step_vectors = FLOAT_BYTES * n1 * episodes * (popsize + 8 * agents)
-    rollout_bytes = (
-        forward_peak_bytes(model, rows=agents * episodes * num_assets, window=window, shared_windows=True)
-        + step_vectors
-        + weight_casts
-    )
+    rollout_bytes = block_bytes(agents, episodes, config.env.episode_days) + step_vectors + weight_casts
     validation_bytes = (
-        forward_peak_bytes(model, rows=agents * num_assets, window=window, shared_windows=True)
-        + FLOAT_BYTES * n1 * 8 * (agents + 2)
-        + weight_casts
+        block_bytes(agents + 1, 1, config.data.validation_days) + FLOAT_BYTES * n1 * 8 * (agents + 2) + weight_casts
     )
 
     # Offspring rows gathered, blended and mutated one tensor at a time; mutation draws normal and uniform values
@@ -235,13 +238,16 @@ def process_bytes(
         # observation and next observation windows of every sampled transition
         SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
         **population_bytes(config.model, window, agents=agents),
-        # training: E windows, P / W x E weights, reward and turnover histories; validation: one episode of
-        # P / W + 2 (the champion and equal weight) over the whole range
+        # training: E windows and a block's, P / W x E weights, reward and turnover histories; validation: one episode
+        # of P / W + 2 (the champion and equal weight) over the whole range, a block's windows, its actions, and the
+        # agents' and the champion's actors as one (training.rollout.Validation)
         ENVIRONMENTS: FLOAT_BYTES
         * (
-            (episodes + 1) * num_assets * window
+            (episodes + 1) * (config.env.episode_days + 1) * num_assets * window
             + agents * episodes * (n1 + 2 * config.env.episode_days)
-            + (agents + 2) * (n1 + 2 * config.data.validation_days)
+            + (agents + 2) * (2 * n1 + 2 * config.data.validation_days)
+            + (config.data.validation_days + 1) * num_assets * window
+            + (agents + 1) * sum(agent_tensor_sizes(config.model, window)["actor"])
         ),
     }
     if config.ddpg.observation_noise > 0:  # kept from the first update on, drawn for all P on every process

@@ -118,3 +118,17 @@ def test_vector_env_reset_starts_in_cash_and_reuses_its_arrays(market):
     assert (second.windows.data_ptr(), second.weights.data_ptr(), env.rewards_per_episode.data_ptr()) == pointers
     assert torch.equal(second.weights, cash_weights((2, 2), market.num_assets))
     assert env.rewards_per_episode.abs().sum() == 0
+
+
+def test_a_blocks_windows_are_each_days_observation(market):
+    """``block_windows`` gathers the windows of the next days of every episode at once: day k's are what ``observe``
+    gives after k steps."""
+    env = VectorPortfolioEnv(market, num_agents=2, num_episodes=3, episode_days=6, lookback=4, cost_rate=0.001)
+    starts = torch.tensor([10, 14, 20])
+    env.reset(starts)
+    buffer = env.gatherer.empty(3, 6)
+    block = env.block_windows(5, out=buffer).clone()  # (E, 5, N, L * K)
+    assert block.shape == (3, 5, market.num_assets, env.gatherer.window_size)
+    for day in range(5):
+        assert torch.equal(block[:, day], env.observe().windows)
+        env.step(torch.softmax(torch.randn(2, 3, market.num_assets + 1), dim=-1))

@@ -13,7 +13,8 @@ from environment.market import Market, Splits
 from models.networks import Actor
 from offline.holdout import run_range, score_champion, untrained_actor
 from tests.synthetic import make_population
-from training.rollout import validate
+from training.rollout import Validation
+from training.sharding import Sharding
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
 COST = 0.01
@@ -125,19 +126,13 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     )
     window = config.env.lookback * market.num_features
     population = untrained_actor(config, window, market.device)
-    # Independently: the trainer's validation over the same windows, with the population as agents.
-    from environment.vector_env import VectorPortfolioEnv
-
-    validation = market.splits.validation
-    starts = [validation.start - 1]  # one episode from cash over the whole range, as the trainer validates
-    env = VectorPortfolioEnv(
-        market, num_agents=7, num_episodes=1, episode_days=len(validation), lookback=4, cost_rate=config.env.cost_rate
-    )
+    # Independently: the trainer's validation over the same range, with the population as agents.
     holder = make_population(5, window, model=config.model)
     with torch.no_grad():
         for mine, theirs in zip(holder.actor.parameters(), population.parameters()):
             mine.copy_(theirs)
-    scores = validate(holder, env, torch.tensor(starts))[:5].sum(dim=1)
+    validation = Validation(config, market, holder, sharding=Sharding(5), graphs=False)
+    scores = validation.run()[:5].sum(dim=1)
     best = int(scores.argmax())
 
     results = score_champion(market, config, zero_actor_for(window, config))

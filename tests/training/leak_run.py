@@ -72,11 +72,11 @@ def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(trainer_module, "choose_champion", lambda edges, *a, **kw: next(calls) % len(edges))
         return
 
-    def winning(scores, population, env, starts):  # the best validation score beats the champion's
+    def winning(daily, validation):  # one agent's validation days beat the champion's
         call = next(calls)
-        scores[call % population.popsize] = 1e3 + call
+        daily[call % validation.population.popsize] += 1e3 + call
 
-    wrap(monkeypatch, rollout_module, "validate", after=winning)
+    wrap(monkeypatch, rollout_module.Validation, "run", after=winning)
 
 
 def _train(root: str, leak: str | None, generations: int, device: str, emulated: bool) -> dict[str, Any]:
@@ -193,21 +193,20 @@ def per_step_histories_never_cleared(mp, kept):
 
 @injection
 def a_new_environment_per_episode(mp, kept):
-    original = rollout_module.collect
-
-    def collect(population, env, start_days, *, day=None, **kwargs):  # the trainer's day steps its own env
-        fresh = VectorPortfolioEnv(
-            env.market,
-            num_agents=env.num_agents,
-            num_episodes=env.num_episodes,
-            episode_days=env.episode_days,
-            lookback=env.gatherer.lookback,
-            cost_rate=env.cost_rate,
+    def fresh(rollouts, start_days):  # an environment built for every rollout and kept referenced
+        env = rollouts.env
+        kept.append(
+            VectorPortfolioEnv(
+                env.market,
+                num_agents=env.num_agents,
+                num_episodes=env.num_episodes,
+                episode_days=env.episode_days,
+                lookback=env.gatherer.lookback,
+                cost_rate=env.cost_rate,
+            )
         )
-        kept.append(fresh)  # the old environments stay referenced
-        return original(population, fresh, start_days, **kwargs)
 
-    mp.setattr(rollout_module, "collect", collect)
+    wrap(mp, rollout_module.Rollouts, "run", before=fresh)
 
 
 @injection
@@ -241,9 +240,9 @@ def a_replaced_best_agent_never_released(mp, kept):
     # Every comparison with the champion keeps the outgoing best alive, as the replaced system did on replacement.
     wrap(
         mp,
-        rollout_module,
-        "validate",
-        before=lambda population, *a, **kw: kept.append(copy.deepcopy(population.champion)),
+        rollout_module.Validation,
+        "run",
+        before=lambda validation: kept.append(copy.deepcopy(validation.population.champion)),
     )
 
 

@@ -132,7 +132,7 @@ INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
         "tolist",
     ),
     "numpy of the validation returns": (
-        lambda mp: after(mp, rollout, "validate", lambda d: d.numpy()),
+        lambda mp: after(mp, rollout.Validation, "run", lambda d: d.numpy()),
         TypeError,
         "numpy",
     ),

@@ -261,3 +261,29 @@ def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
     assert stopped.value.generation == 0
     assert int(trainer.population.learner.actor_optim.step_count) == 1  # one update taken, the second never started
     assert checkpoint.latest_generation(trainer.run_dir) is None
+
+
+def test_the_days_in_blocks_trade_as_the_days_one_at_a_time(tmp_path, monkeypatch):
+    """How many days a block holds (``training.rollout.block_lengths``, set by memory) changes how the windows' part is
+    batched, not what the agents do: a block of one day at a time gives the same rewards, fitness and validation to
+    float rounding, and the same transitions in the buffer."""
+    from training import rollout
+
+    def built(name: str) -> Trainer:
+        config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 4})
+        return start_run(config, log=lambda line: None).trainer
+
+    blocks = built("blocks")
+    monkeypatch.setattr(rollout, "BLOCK_BYTES", 1)
+    days = built("days")
+    assert len(blocks.rollouts.blocks) < len(days.rollouts.blocks) == blocks.config.env.episode_days
+    assert len(days.validation.blocks) == len(blocks.market.splits.validation) > len(blocks.validation.blocks)
+    for trainer in (blocks, days):
+        trainer.rollout_rewards = trainer.rollouts.run(trainer.rollouts.sample_starts()).clone()
+        trainer.validation_returns = trainer.validation.run().clone()
+    torch.testing.assert_close(blocks.rollout_rewards, days.rollout_rewards, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(blocks.validation_returns, days.validation_returns, rtol=1e-5, atol=1e-7)
+    for key, stored in blocks.buffer.storage.items():
+        torch.testing.assert_close(stored, days.buffer.storage[key], rtol=1e-5, atol=1e-7, msg=key)
+    for trainer in (blocks, days):
+        trainer.checkpoints.close()

@@ -20,11 +20,12 @@ def test_the_parts_fit_the_config_and_share_the_population_and_the_buffer():
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     assert parts.population.actor.encoder.mlp.layers[0].weight.shape[:2] == (popsize, config.env.lookback * 6)
     assert parts.buffer.capacity == 500 and parts.buffer.sample_shape == (popsize, config.ddpg.batch_size)
-    assert parts.rollouts.population is parts.updates.population is parts.validation.population is parts.population
+    assert parts.rollouts.population is parts.validation.population is parts.population
+    assert parts.updates.learner is parts.population.learner
     assert parts.rollouts.buffer is parts.updates.buffer is parts.buffer
     assert parts.rollouts.env.weights.shape == (popsize, episodes, market.num_assets + 1)
     assert parts.validation.env.weights.shape == (popsize + 2, 1, market.num_assets + 1)  # the champion, equal weight
-    assert parts.gate is not None and not parts.rollouts.day.enabled  # CUDA graphs are for CUDA
+    assert parts.gate is not None and not parts.rollouts.step.enabled  # CUDA graphs are for CUDA
 
 
 def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process_on_cuda(cuda):
@@ -32,4 +33,5 @@ def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process
     assert build_parts(config, market).gate is None
     on_cuda = override(config, {"runtime.device": "cuda"})
     parts = build_parts(on_cuda, load_market(on_cuda, torch.device("cuda")))
-    assert parts.rollouts.day.enabled and parts.validation.day.enabled and parts.updates.graphed.enabled
+    assert parts.rollouts.step.enabled and parts.validation.step.enabled
+    assert all(step.enabled for step in parts.updates.steps.values())
