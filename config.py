@@ -281,6 +281,8 @@ class RuntimeConfig:
     """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
     cuda_graphs: bool = True
     """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (training.graphs)."""
+    torch_compile: bool = False
+    """Fuse the update's and the days' arithmetic with torch.compile (training.compiled); off until a GPU has run it."""
     collective_timeout_s: float = 300.0
     """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 

@@ -235,7 +235,7 @@ class Learner:
             return None
         if self._smoothing is None:  # allocated once, at the first update
             popsize = like.shape[0] if self.rows is None else self.rows.popsize
-            self._draws = torch.empty((popsize, *like.shape[1:]), device=like.device)
+            self._draws = like.new_empty((popsize, *like.shape[1:]))
             self._smoothing = torch.empty_like(like)
         torch.randn(self._draws.shape, generator=self.noise_generator, out=self._draws)
         mine = self._draws if self.rows is None else self._draws[self.rows.slots.start : self.rows.slots.stop]

@@ -102,6 +102,7 @@ class Trainer:
             self.validation,
             self.updates,
             self.gate,
+            self.compilation,
         ) = build_parts(config, market, sharding)
         self.generation = 0
         self.champion: Champion = EQUAL_WEIGHT
@@ -270,6 +271,9 @@ class Trainer:
         if warning:
             self.log(warning)
         durations = {**self.timer.durations(), "telemetry_s": time.perf_counter() - started}
+        compiled = self.compilation.report()  # once, after the generation that compiled
+        if compiled is not None:
+            self.log(compiled)
         popsize = cfg.evolution.popsize
         row = generation_row(
             self.generation,

@@ -3,6 +3,7 @@ streams, the population, the replay buffer, the rollouts, validation, the update
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -12,7 +13,9 @@ from environment.market import Market
 from environment.observation import WindowGatherer
 from models.population import Population
 from models.replay import ReplayBuffer
+from persistence.storage import parse_uri
 from training.boundary import to_host
+from training.compiled import CACHE_FOLDER, Compilation
 from training.rollout import Rollouts, Validation
 from training.selection import SequentialGate, validation_block_length
 from training.setup import set_matmul_precision
@@ -34,6 +37,8 @@ class LoopParts(NamedTuple):
     updates: Updates
     gate: SequentialGate | None
     """The selection gate (``training.selection``); None with ``selection.method=bonferroni``."""
+    compilation: Compilation
+    """``torch.compile`` around the device arithmetic (``runtime.torch_compile``), and its time."""
 
 
 def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> LoopParts:
@@ -66,18 +71,30 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         rows=sharding.slots,
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
+    validation = Validation(config, market, population, sharding=sharding, graphs=graphs)
+    compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
+    compilation.learner_(population.learner)
+    for acting in (population.actor, validation.acting):
+        compilation.actor_(acting)
     return LoopParts(
         sharding=sharding,
         generators=generators,
         population=population,
         buffer=buffer,
         rollouts=Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs),
-        validation=Validation(config, market, population, sharding=sharding, graphs=graphs),
+        validation=validation,
         updates=Updates(
             config, population.learner, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs
         ),
         gate=make_gate(config, market),
+        compilation=compilation,
     )
+
+
+def runs_folder(config: Config) -> Path:
+    """The local folder that holds the runs: the checkpoint location, or for a bucket its local copy."""
+    scheme, _, path = parse_uri(config.checkpoint.uri)
+    return Path(config.checkpoint.local_dir if scheme == "gs" else path)
 
 
 def make_gate(config: Config, market: Market) -> SequentialGate | None:

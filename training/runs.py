@@ -40,6 +40,7 @@ RESUMABLE_CHANGES = frozenset(
         "runtime.progress",
         "runtime.collective_timeout_s",
         "runtime.cuda_graphs",
+        "runtime.torch_compile",
         "runtime.census_share",
     }
 )

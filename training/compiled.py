@@ -1,0 +1,90 @@
+"""``torch.compile`` around the device arithmetic, applied in one place (``runtime.torch_compile``).
+
+Once the launches are graphed (``training.graphs``), a large update is bound by the bytes its unfused kernels move:
+each bias add, activation, optimiser pass and Polyak average reads and writes its tensors again. Compiling fuses
+them. As LeanRL wraps CleanRL's update, the algorithm's code is left as it reads and its functions are replaced here,
+on the objects that own them, by compiled versions: the learner's losses (``td_target``, ``critic_loss``,
+``actor_loss``, which take in the networks and the portfolio step), its optimisers' steps and the targets' average,
+and each acting actor's two parts (``features`` and ``decide``, ``models.networks``). What is drawn at random (the
+replay batch, the exploration and smoothing noise) and what the host decides stay outside, so a compiled function is
+device arithmetic on fixed shapes:
+
+* ``fullgraph=True``: a graph break is an error, not a silent fall-back to Python;
+* ``dynamic=False``: each function compiles once for each shape it meets (a few, all in the first generations);
+  afterwards nothing recompiles (the buffer filling, evolution's copies, the frozen elites' learning-rate scale and
+  a resume change values, never shapes or Python constants: ``tests/training/test_compiled.py``);
+* inside a CUDA graph: the first calls, which compile, run before the capture (``GraphedStep``'s warm-up).
+
+The compiled kernels are cached on disk (``TORCHINDUCTOR_CACHE_DIR``, by default ``.torch-compile-cache`` in the
+folder that holds the runs), so a restarted process (a resumed pod with the same volume) loads them instead of
+compiling again. The time spent compiling is measured and reported once (``Compilation.report``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.learner import Learner
+from models.networks import Actor
+
+CACHE_FOLDER = ".torch-compile-cache"
+"""The compiled kernels' cache, in the folder that holds the runs (unless ``TORCHINDUCTOR_CACHE_DIR`` names one)."""
+
+
+def compile_totals() -> tuple[int, float]:
+    """Graphs compiled in this process so far and the seconds spent compiling them, forward and backward (torch's own
+    counts: a backward graph compiles at its first backward pass, outside any compiled call)."""
+    from torch._dynamo import utils
+
+    metrics = utils.compilation_time_metrics
+    seconds = sum(sum(metrics.get(key, ())) for key in ("_compile.compile_inner", "backward._backward_impl"))
+    return int(utils.counters["stats"]["unique_graphs"]), float(seconds)
+
+
+class Compilation:
+    """The run's compilation: which functions are compiled, and how long compiling took.
+
+    Args:
+        enabled: compile at all (``runtime.torch_compile``); False leaves every function as it is.
+        cache: the folder for the compiled kernels, used unless ``TORCHINDUCTOR_CACHE_DIR`` is set.
+    """
+
+    def __init__(self, *, enabled: bool, cache: Path) -> None:
+        self.enabled = enabled
+        if enabled:
+            self.cache = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache).resolve())))
+        self._reported = compile_totals()
+
+    def function(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` compiled whole, for static shapes; ``fn`` itself when compilation is off."""
+        return torch.compile(fn, fullgraph=True, dynamic=False) if self.enabled else fn
+
+    def learner_(self, learner: Learner) -> None:
+        """Compile the learner's losses, its optimisers' steps and its targets' average, in place."""
+        for name in ("td_target", "critic_loss", "actor_loss", "average_targets_"):
+            setattr(learner, name, self.function(getattr(learner, name)))
+        for optim in (learner.actor_optim, learner.critic_optim):
+            optim.step = self.function(optim.step)
+
+    def actor_(self, actor: Actor) -> None:
+        """Compile an acting actor's windows' part and its decision, in place (each site an actor of its own)."""
+        actor.features = self.function(actor.features)
+        actor.decide = self.function(actor.decide)
+
+    def report(self) -> str | None:
+        """One line on what was compiled since the last report, once something was; None otherwise."""
+        if not self.enabled:
+            return None
+        (graphs, seconds), (before, spent) = compile_totals(), self._reported
+        if graphs == before:
+            return None
+        self._reported = (graphs, seconds)
+        return (
+            f"torch.compile: {graphs - before} graphs compiled in {seconds - spent:.1f} s "
+            f"(kernels cached in {self.cache})"
+        )
