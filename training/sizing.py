@@ -2,12 +2,14 @@
 
 A value such as ``ddpg.buffer_size=10000000000``, or a universe of 500 assets at GPU-pod widths, would otherwise end
 in an allocator traceback (or the kernel's out-of-memory killer) minutes into start-up or in generation 1. Each item
-below is computed from the shapes the code allocates (``models.networks``, ``models.population``, ``models.optim``,
-``models.replay``, ``models.ddpg``, ``training.rollout``, ``training.evolution``, ``persistence``): the storage a run
-allocates once at start (design invariant 1), and the working memory of its largest phase (the phases run one after
-the other, so the caching allocator serves each from the memory the one before released).
-``tests/training/test_sizing_counts.py`` holds the counts against a real population and buffer, the tensors a real DDPG
-update saves for backward, and every allocation the profiler sees it make.
+below is the storage a run allocates once at start (design invariant 1), or the working memory of its largest phase
+(the phases run one after the other, so the caching allocator serves each from the memory the one before released).
+The learner's part is read off the learner itself, whatever its algorithm (``models.learner``): its tensors from a
+learner of one agent, and its update's working memory by running the real update, at the run's shapes, on the meta
+device, where tensors have shapes and no memory (``update_working_bytes``). The rest is counted from the shapes the
+code allocates (``models.replay``, ``training.rollout``, ``training.evolution``, ``persistence``).
+``tests/training/test_sizing_counts.py`` holds the counts against a real population and buffer and every allocation
+the profiler sees a real update make.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the
 context it created), and Python's own objects.
@@ -15,11 +17,19 @@ context it created), and Python's own objects.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import NamedTuple
+
 import psutil
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from config import Config, ModelConfig
+from config import Config
 from environment.market import Market
+from models.learner import Learner
+from models.replay import ReplayBatch
 from training import rollout as rollout_module
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
@@ -51,7 +61,7 @@ PHASES = {
     "rollout": f"rollout's activations (evolution.popsize x rollout.episodes x assets x {WIDTHS})",
     "validation": f"validation's activations (evolution.popsize x assets x {WIDTHS})",
     "evolution": f"evolution's copies and mutation draws (evolution.popsize x {WIDTHS})",
-    "update": f"DDPG update's activations (evolution.popsize x ddpg.batch_size x assets x {WIDTHS})",
+    "update": f"learner update's activations (evolution.popsize x ddpg.batch_size x assets x {WIDTHS})",
 }
 """The working memory of each phase, by the phase's name in ``working_bytes``."""
 CUDA_RUNTIME = "CUDA kernels, cuBLAS workspaces and allocator slack"
@@ -60,92 +70,127 @@ POPULATION_COPIES = "population's checkpoint copies (evolution.popsize): staged 
 GATE = "selection gate's resamples (selection.bootstrap_draws x data.validation_days)"
 
 
-# ---------------------------------------------------------------------------------------------- the networks
+# ---------------------------------------------------------------------------------------------- the learner
 
 
-def network_layers(model: ModelConfig, window: int) -> dict[str, list[tuple[int, int]]]:
-    """(in, out) of every batched linear layer of one agent's actor and critic, as ``models.networks`` builds them;
-    ``window`` is L * K values per asset. Each layer holds an (in, out) weight and an (out,) bias per agent."""
-    encoder = [(window, model.encoder_hidden), (model.encoder_hidden, model.embedding)]
-    embedding, hidden = model.embedding, model.head_hidden
+class LearnerValues(NamedTuple):
+    """Values per agent of the learner's tensors (``models.learner``), read off a learner of one agent."""
+
+    networks: int
+    """Every network's parameters: the actor, the critics and all their targets."""
+    trained: int
+    """The parameters the optimisers train (each with a gradient and two moments): the actor and the critics."""
+    actor: int
+    """The actor's parameters (the champion's, and validation's rows, are one more actor each)."""
+    largest_actor_tensor: int
+    """The actor's largest parameter tensor (evolution works one tensor at a time)."""
+    tensors: list[int]
+    """Each tensor a checkpoint holds per agent (``Learner.agent_tensors``: networks and moments)."""
+    actor_tensors: list[int]
+    """Each of the actor's parameter tensors (the champion holds one of each)."""
+
+
+@functools.lru_cache(maxsize=8)
+def learner_values(config: Config, window: int) -> LearnerValues:
+    """What one agent's learner holds, read off a real learner of one agent on the meta device (no memory)."""
+    learner = _learner(config, window, agents=1, device=torch.device("meta"))
+    trained = [p for module in (learner.actor, *learner.critics) for p in module.parameters()]
+    actor = [p.numel() for p in learner.actor.parameters()]
+    networks = sum(p.numel() for module in learner.networks().values() for p in module.parameters())
+    tensors = [t.numel() for t in learner.agent_tensors().values()]
+    return LearnerValues(networks, sum(p.numel() for p in trained), sum(actor), max(actor), tensors, actor)
+
+
+def population_bytes(config: Config, window: int, *, agents: int) -> dict[str, int]:
+    """The population's tensors in a process holding ``agents`` slots: every network of each agent's learner, the
+    champion's actor and the exploration stdevs; the trained parameters' gradients (allocated once,
+    ``models.optim``) and Adam's two moments."""
+    values = learner_values(config, window)
     return {
-        "actor": [*encoder, (2 * embedding + 1, hidden), (hidden, 1), (embedding + 1, hidden), (hidden, 1)],
-        "critic": [*encoder, (embedding + 2, hidden), (hidden + 2, hidden), (hidden, 1)],
+        NETWORKS: FLOAT_BYTES * (agents * (values.networks + 1) + values.actor),
+        OPTIMISER: FLOAT_BYTES * 3 * agents * values.trained,
     }
 
 
-def agent_tensor_sizes(model: ModelConfig, window: int) -> dict[str, list[int]]:
-    """Values per agent of every parameter tensor of the actor and of the critic."""
-    layers = network_layers(model, window)
-    return {name: [size for a, b in shape for size in (a * b, b)] for name, shape in layers.items()}
-
-
-def population_bytes(model: ModelConfig, window: int, *, agents: int) -> dict[str, int]:
-    """The population's tensors in a process holding ``agents`` slots: parameters of actor, critic and both targets
-    for each agent, the champion's actor and the exploration stdevs; the gradients (allocated once, ``models.optim``)
-    and Adam's two moments of actor and critic."""
-    sizes = agent_tensor_sizes(model, window)
-    actor, critic = sum(sizes["actor"]), sum(sizes["critic"])
-    return {
-        NETWORKS: FLOAT_BYTES * (agents * (2 * actor + 2 * critic + 1) + actor),
-        OPTIMISER: FLOAT_BYTES * 3 * agents * (actor + critic),
-    }
+def _learner(config: Config, window: int, *, agents: int, device: torch.device) -> Learner:
+    return Learner(
+        agents,
+        window,
+        config.model,
+        config.ddpg,
+        cost_rate=config.env.cost_rate,
+        device=device,
+        generator=torch.Generator(),
+        per_agent_lr=config.evolution.frozen_elites,
+        noise_generator=torch.Generator(device=device) if device.type != "meta" else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- activations
 
 
-def forward_peak_bytes(model: ModelConfig, *, rows: int, window: int, shared_windows: bool) -> int:
-    """Most bytes alive at once in a forward without gradients of an actor (a critic's is smaller) over ``rows``
-    (agent, observation, asset) rows. ``shared_windows``: every agent reads the same windows (rollout, validation),
-    so the first layer is a broadcast matmul plus the bias out of place (float32 under bf16 autocast, by promotion)."""
-    hidden, embedding, bf16 = model.encoder_hidden, model.embedding, model.bf16_encoder
-    encoded = BF16_BYTES if bf16 else FLOAT_BYTES
-    if shared_windows:  # the matmul's output and its sum with the bias; then that sum beside the second layer's
-        first = hidden * (encoded + FLOAT_BYTES)
-        second = hidden * (FLOAT_BYTES + (BF16_BYTES if bf16 else 0)) + embedding * encoded
-    else:  # the output (after autocast's bf16 copy of the windows); then beside the second layer's
-        first = hidden * encoded + (window * BF16_BYTES if bf16 else 0)
-        second = (hidden + embedding) * encoded
-    second += embedding * FLOAT_BYTES if bf16 else 0  # the embedding back in float32
-    # the embedding, the asset head's input [embedding, context, weight] and its hidden layer
-    heads = FLOAT_BYTES * (embedding + 2 * embedding + 1 + model.head_hidden + 1)
-    return rows * max(first, second, heads)
+class PeakBytes(TorchDispatchMode):
+    """The most bytes of tensors created under it that were alive at once (their storages, each counted once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peak = 0
+        self._live: dict[StorageWeakRef, int] = {}
+        self._bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for ref in [ref for ref in self._live if ref.expired()]:
+            self._bytes -= self._live.pop(ref)
+        # An output that shares an input's storage (in place, or a view) allocated nothing.
+        inputs = {StorageWeakRef(t.untyped_storage()) for t in _tensors((args, kwargs))}
+        for tensor in _tensors(out):
+            ref = StorageWeakRef(tensor.untyped_storage())
+            if ref not in self._live and ref not in inputs:
+                self._live[ref] = tensor.untyped_storage().nbytes()
+                self._bytes += self._live[ref]
+        self.peak = max(self.peak, self._bytes)
+        return out
 
 
-def ddpg_saved_bytes(config: Config, *, agents: int, num_assets: int, window: int) -> int:
-    """Bytes saved for backward at the peak of one batched DDPG update (``models.ddpg.ddpg_update``) of ``agents``
-    agents, besides the parameters and the batch: the critic's graph, or the actor's (the critic's is freed by its
-    backward before the actor's forward), whichever is larger."""
-    model, ddpg = config.model, config.ddpg
-    hidden, embedding, head = model.encoder_hidden, model.embedding, model.head_hidden
-    pairs = agents * ddpg.batch_size  # (agent, transition)
-    rows = pairs * num_assets  # (agent, transition, asset)
-    n1 = num_assets + 1
-    # Each layer's ReLU output, which the next layer's weight gradient reads too; the first layer's input is the
-    # batch's windows, except under autocast, which saves their bf16 copy and the second layer's bf16 weight.
-    if model.bf16_encoder:
-        encoder = rows * (window + hidden + embedding) * BF16_BYTES + agents * hidden * embedding * BF16_BYTES
-    else:
-        encoder = rows * (hidden + embedding) * FLOAT_BYTES
-    # per asset: [embedding, weight, action] in, hidden out; per transition: [pooled, cash weight, cash action] in,
-    # hidden out, Q; the squared TD error's base
-    critic = encoder + FLOAT_BYTES * (rows * (embedding + 2 + head) + pairs * (2 * head + 2 + 2))
-    # per asset: [embedding, context, weight] in, hidden out; per transition: the cash head's in and hidden, softmax
-    actor = encoder + FLOAT_BYTES * (rows * (2 * embedding + 1 + head) + pairs * (embedding + 1 + head + n1))
-    # a frozen critic differentiated through its action input: its heads' ReLU outputs
-    critic_through_action = FLOAT_BYTES * (rows * head + pairs * (head + 1))
-    if ddpg.actor_objective == "model":
-        # portfolio_step: |target - weights| (assets), target * relatives, growth and costs
-        step = FLOAT_BYTES * pairs * (num_assets + n1 + 3)
-        actor_phase = actor + step
-        if ddpg.gamma > 0:  # the actor again on the next day's windows, and the critic's value of them
-            actor_phase += actor + critic_through_action + FLOAT_BYTES * pairs
-    else:
-        actor_phase = actor + critic_through_action
-    if ddpg.tilt_penalty > 0:
-        actor_phase += FLOAT_BYTES * pairs * n1
-    return max(critic, actor_phase)
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in a nest of tuples, lists and dicts."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def update_working_bytes(config: Config, *, agents: int, num_assets: int, window: int) -> int:
+    """The most bytes one learner update of ``agents`` agents allocates at once on top of its stored tensors and its
+    batch: measured by running the real update (``models.learner.Learner.update``, its losses, backward passes,
+    clips, Adam steps and averages) on the meta device, where tensors have shapes and no memory. With
+    ``model.bf16_encoder`` the encoder is measured in float32, an upper bound (autocast has no meta device)."""
+    measured = dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
+    device = torch.device("meta")
+    learner = _learner(measured, window, agents=agents, device=device)
+    shape, n1 = (agents, config.ddpg.batch_size), num_assets + 1
+
+    def empty(*trailing: int) -> torch.Tensor:
+        return torch.empty(*shape, *trailing, device=device)
+
+    batch = ReplayBatch(
+        windows=empty(num_assets, window),
+        weights=empty(n1),
+        actions=empty(n1),
+        rewards=empty(),
+        next_windows=empty(num_assets, window),
+        next_weights=empty(n1),
+        terminated=empty(),
+        truncated=empty(),
+        next_relatives=empty(n1),
+    )
+    with PeakBytes() as peak:
+        learner.update(batch)
+    return peak.peak
 
 
 def working_bytes(config: Config, *, num_assets: int, num_features: int, processes: int = 1) -> dict[str, int]:
@@ -156,9 +201,8 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
     agents = popsize // processes
     episodes, n1 = rollout.episodes, num_assets + 1
     window = config.env.lookback * num_features
-    sizes = agent_tensor_sizes(model, window)
-    actor, critic = sum(sizes["actor"]), sum(sizes["critic"])
-    largest_actor_tensor = max(sizes["actor"])
+    values = learner_values(config, window)
+    actor, others = values.actor, values.networks - values.actor + 2 * values.trained  # a parent's other tensors
     # bf16 copies of an encoder's weights, cached by autocast for one forward
     weight_casts = agents * (window + model.embedding) * model.encoder_hidden * BF16_BYTES if model.bf16_encoder else 0
 
@@ -183,28 +227,24 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
     # all tensors but the actor's (critic, its target, both Adams' moments) for parents, then actors for parents
     # and mates; about one foreign donor per slot held, each a row sent, received and concatenated.
     offspring = min(agents, popsize - config.evolution.elites)
-    evolution = FLOAT_BYTES * largest_actor_tensor * max(4 * offspring, popsize + 3 * agents)
+    evolution = FLOAT_BYTES * values.largest_actor_tensor * max(4 * offspring, popsize + 3 * agents)
     if processes > 1:
         parents, actors = min(agents, popsize - agents), min(2 * agents, popsize - agents)
         evolution = max(
-            FLOAT_BYTES * (agents + 3 * parents) * (2 * actor + 4 * critic),
+            FLOAT_BYTES * (agents + 3 * parents) * (actor + others),
             FLOAT_BYTES * (agents + 3 * actors) * actor + evolution,
         )
 
     # The batch's gathered vectors (weights, actions, next weights, the day's relatives with and without cash),
-    # rewards and flags, the days and positions (drawn for all P); then the larger of the target networks' forward,
-    # the graph saved for backward with the gradients in flight, and an Adam step's square roots of the moments.
+    # rewards and flags, the days and positions (drawn for all P), the smoothing noise (drawn for all P, TD3); then
+    # what the update allocates at once (measured: the targets' forward, the graphs saved for backward with the
+    # gradients in flight, an Adam step's temporaries).
     pairs = agents * ddpg.batch_size
-    rows = pairs * num_assets
     batch = FLOAT_BYTES * pairs * (4 * n1 + num_assets + 3) + INDEX_BYTES * (2 * pairs + popsize * ddpg.batch_size)
-    saved = ddpg_saved_bytes(config, agents=agents, num_assets=num_assets, window=window)
-    # a layer's output gradient, its ReLU-masked copy and the gradient of its input
-    in_flight = FLOAT_BYTES * rows * (2 * max(model.encoder_hidden, model.head_hidden) + 2 * model.embedding + 2)
-    update = batch + max(
-        forward_peak_bytes(model, rows=rows, window=window, shared_windows=False) + weight_casts,
-        saved + in_flight + weight_casts,
-        FLOAT_BYTES * agents * max(actor, critic),
-    )
+    if ddpg.algorithm == "td3" and ddpg.gamma > 0:
+        batch += FLOAT_BYTES * n1 * ddpg.batch_size * (popsize + agents)
+    measured = update_working_bytes(config, agents=agents, num_assets=num_assets, window=window)
+    update = batch + measured + weight_casts
     return {"rollout": rollout_bytes, "validation": validation_bytes, "evolution": evolution, "update": update}
 
 
@@ -237,7 +277,7 @@ def process_bytes(
         BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets)),
         # observation and next observation windows of every sampled transition
         SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
-        **population_bytes(config.model, window, agents=agents),
+        **population_bytes(config, window, agents=agents),
         # training: E windows and a block's, P / W x E weights, reward and turnover histories; validation: one episode
         # of P / W + 2 (the champion and equal weight) over the whole range, a block's windows, its actions, and the
         # agents' and the champion's actors as one (training.rollout.Validation)
@@ -247,7 +287,7 @@ def process_bytes(
             + agents * episodes * (n1 + 2 * config.env.episode_days)
             + (agents + 2) * (2 * n1 + 2 * config.data.validation_days)
             + (config.data.validation_days + 1) * num_assets * window
-            + (agents + 1) * sum(agent_tensor_sizes(config.model, window)["actor"])
+            + (agents + 1) * learner_values(config, window).actor
         ),
     }
     if config.ddpg.observation_noise > 0:  # kept from the first update on, drawn for all P on every process
@@ -280,14 +320,14 @@ def host_bytes(
         return 1 << (size - 1).bit_length() if pinned and size > 0 else size
 
     stored = buffer_tensor_bytes(config, num_assets=num_assets)
-    sizes = agent_tensor_sizes(config.model, window)
-    # per agent: actor, critic, both targets, both Adams' two moments, the exploration stdev; and the champion
-    slot_tensors = [*sizes["actor"] * 4, *sizes["critic"] * 4, 1]
-    champion = sum(sizes["actor"]) * FLOAT_BYTES
+    values = learner_values(config, window)
+    # per agent: the learner's networks and moments, the exploration stdev; and the champion
+    slot_tensors = [*values.tensors, 1]
+    champion = values.actor * FLOAT_BYTES
     whole = popsize * sum(slot_tensors) * FLOAT_BYTES + champion
     population = processes * sum(
         staged(rows * size * FLOAT_BYTES)
-        for rows, tensors in ((agents, slot_tensors), (1, sizes["actor"]))
+        for rows, tensors in ((agents, slot_tensors), (1, values.actor_tensors))
         for size in tensors
     )
     if processes > 1:
