@@ -287,3 +287,30 @@ def test_the_days_in_blocks_trade_as_the_days_one_at_a_time(tmp_path, monkeypatc
         torch.testing.assert_close(stored, days.buffer.storage[key], rtol=1e-5, atol=1e-7, msg=key)
     for trainer in (blocks, days):
         trainer.checkpoints.close()
+
+
+@pytest.mark.parametrize(
+    "learning",
+    [
+        ["ddpg.algorithm=td3", "ddpg.gamma=0.9", "ddpg.actor_objective=critic"],
+        ["ddpg.algorithm=td3", "ddpg.gamma=0.9"],
+        ["ddpg.gamma=0.9", "ddpg.actor_objective=critic"],
+    ],
+    ids=["td3-critic", "td3-model", "ddpg-critic"],
+)
+def test_each_learner_resumes_bit_exactly(tmp_path, learning):
+    """TD3 (twin critics, smoothing noise, delayed actor steps) and DDPG, with both actor objectives: N generations, a
+    resume and M more equal N + M, parameters, moments, step counts and metrics rows."""
+    settings = [arg for item in learning for arg in ("--set", item)]
+    common = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--seed", "2", "--set", "ddpg.learning_starts=0"]
+    assert run_main(*common, *settings, "--run-name", "whole", "--generations", "3") == 0
+    assert run_main(*common, *settings, "--run-name", "parts", "--generations", "2") == 0
+    assert run_main("--checkpoint-uri", str(tmp_path), "--run-name", "parts", "--resume", "--generations", "3") == 0
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert [deterministic(r) for r in rows(parts)] == [deterministic(r) for r in rows(whole)]
+    assert state_digest(parts) == state_digest(whole)
+    if "ddpg.algorithm=td3" in learning:
+        state = checkpoint.read_tensors(checkpoint.open_generation(whole), "population")
+        assert any(key.startswith("twin_critic.") for key in state)
+        steps = checkpoint.read_document(checkpoint.open_generation(whole), "state")
+        assert steps["critic_optim_steps"] == 2 * steps["actor_optim_steps"] > 0  # the actor every second update
