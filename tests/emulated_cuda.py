@@ -361,6 +361,11 @@ def _fresh(func) -> bool:
     return all(result.alias_info is None for result in func._schema.returns)
 
 
+def _metadata_only(func) -> bool:
+    """Whether an operation only makes a view or changes a tensor's shape: no kernel reads or writes memory."""
+    return func.is_view or torch.Tag.inplace_view in func.tags or func is aten._unsafe_view.default
+
+
 def _storage(tensor: torch.Tensor) -> int:
     """The address of the host storage behind a tensor: one key for all its views."""
     return _host(tensor).untyped_storage().data_ptr()
@@ -732,11 +737,13 @@ class EmulatedCuda(TorchDispatchMode):
         self.order.host_saw_all()
         self._landed()
 
-    def synchronize_stream(self, stream: int | None = None, count: int | None = None, after: Any = None) -> None:
+    def synchronize_stream(
+        self, stream: int | None = None, count: int | None = None, after: Any = None, *, what: Any = "a synchronize"
+    ) -> None:
         """The host waits for ``stream`` (the current one by default) up to ``count`` (all queued so far)."""
         stream = self.order.current if stream is None else stream
         count = self.order.queued[stream] if count is None else count
-        self.check_sync("a synchronize")
+        self.check_sync(what)
         self.order.host_saw(stream, count, self.order.after[stream] if after is None else after)
         self._landed()
 
@@ -882,8 +889,9 @@ class EmulatedCuda(TorchDispatchMode):
         if on_device:
             _check_order(func, _map(_host, args), _map(_host, kwargs))
         captured = self.capturing is not None and (on_device or result_on_device)
+        queued = (on_device or result_on_device) and not captured and not _metadata_only(func)
         count = 0
-        if (on_device or result_on_device) and not captured:  # a capture runs nothing: no stream does anything
+        if queued:  # work on the current stream (a capture runs nothing, a view launches nothing)
             written = _written(func, args, kwargs)
             writes = {_storage(t) for t in written if isinstance(t, DeviceTensor)}
             reads = {_storage(t) for t in tensors if isinstance(t, DeviceTensor)} - writes
@@ -893,7 +901,7 @@ class EmulatedCuda(TorchDispatchMode):
             if landed is not None:
                 return landed
         elif on_device and (func in HOST_READS or _waits_for_shape(func, args, kwargs)):
-            self.synchronize_stream()
+            self.synchronize_stream(what=func)
 
         if captured:
             self._record(func, args, kwargs)
@@ -902,7 +910,7 @@ class EmulatedCuda(TorchDispatchMode):
             _pin(out)
         if result_on_device:
             out = _map(_wrap, out)
-            if _fresh(func) and not captured:  # new memory from the current stream's pool
+            if queued and _fresh(func):  # new memory from the current stream's pool
                 self.order.allocated({_storage(t) for t in _leaves(out, []) if isinstance(t, DeviceTensor)})
         out = return_and_correct_aliasing(func, args, kwargs, out)
         if captured:  # a host scalar tensor is a kernel argument: its value at the capture is baked in
@@ -972,7 +980,7 @@ class EmulatedCuda(TorchDispatchMode):
             if transfer.to_device:
                 self.check_sync(f"{func}, a blocking copy from the host")
             else:
-                self.synchronize_stream()  # a blocking copy back waits for everything queued before it
+                self.synchronize_stream(what=f"{func}, a blocking copy to the host")  # after all queued before
             return None
         if transfer.to_device:
             if is_pinned(transfer.source):
