@@ -48,7 +48,8 @@ CPU run), while every operation is checked the way a GPU checks it, and more str
   always, the operations CUDA has no deterministic kernel for whose bits depend on the order (``cumsum`` of floats,
   ``median`` with indices, ``nll_loss``, some pooling, padding and interpolation backward passes). Under
   ``torch.use_deterministic_algorithms(True)`` the first kind gives CUDA's deterministic result (the CPU's) and the
-  second raises torch's error (a warning with ``warn_only``), as on a GPU.
+  second raises torch's error (a warning with ``warn_only``), as on a GPU; so does a cuBLAS matmul then, unless
+  ``CUBLAS_WORKSPACE_CONFIG`` is ``:4096:8`` or ``:16:8`` (cuBLAS is deterministic only with such a workspace).
 
 Under ``torch.autocast("cuda")`` the matmul family computes in the autocast dtype, as CUDA's autocast casts them.
 
@@ -68,8 +69,10 @@ Not emulated, so not caught here (a GPU run, ``benchmarks/gpu_smoke.sh``, is the
   caching host allocator keeps a block until the copies recorded on it are done;
 * numbers: the emulated device computes the CPU's (its device draws are the CPU generator's, its matmuls are not
   TF32, its reductions keep the CPU's order), so a CPU-to-GPU equality, or a tolerance, is not tested here;
+* ``t[mask] = value`` with a one-element device ``value``: CUDA waits for the mask's count there (it makes a
+  ``masked_fill_`` of a host value only), the emulation lets it pass, as it cannot tell it from ``t[mask] = 0.0``;
 * an out-of-range index, which a GPU reports as a device-side assert at a later synchronisation (the CPU raises at
-  once: the bug fails either way), and numbers outside the run's memory or time, such as an out-of-memory error.
+  once: the bug fails either way), and the card's limits: its memory, its time.
 
 torch's own ``torch.cuda`` Python runs where the product calls it and only the C bindings under it are emulated
 (memory statistics, the current device, the sync debug mode), so what torch's Python does on a GPU (garbage
@@ -83,6 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import time
 import warnings
 import weakref
@@ -133,6 +137,11 @@ INDEX_OPS = frozenset(
 COPIES = frozenset({aten.copy_.default, aten._to_copy.default, aten.copy.default, aten.lift_fresh.default})
 """Operations that move values between devices."""
 MASK_TYPES = (torch.bool, torch.uint8)
+CUBLAS = frozenset(
+    {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.addbmm.default}
+    | {aten.mv.default, aten.addmv.default, aten.dot.default, aten.vdot.default, aten._addmm_activation.default}
+)
+"""Operations CUDA hands to cuBLAS, which is deterministic only with a fixed workspace (``CUBLAS_WORKSPACE_CONFIG``)."""
 
 
 def _op(name: str, overload: str = "default") -> Any:
@@ -465,6 +474,8 @@ def _check_order(func, args, kwargs) -> None:
     """Raise what a GPU run would show as bits that change from run to run (see the module docstring); ``args`` and
     ``kwargs`` on the host."""
     deterministic = torch.are_deterministic_algorithms_enabled()
+    if deterministic and func in CUBLAS and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+        _nondeterministic(func, f"{func} through cuBLAS without CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8)", True)
     if func in NO_DETERMINISTIC_KERNEL:
         if func is aten.cumsum.default and not (args[0].is_floating_point() or args[0].is_complex()):
             return
@@ -496,10 +507,9 @@ def _nondeterministic(func, name: str, deterministic: bool) -> None:
         raise NondeterministicError(
             f"{func} on {CUDA}: CUDA has no deterministic kernel for it ({name}), its bits change from run to run"
         )
-    message = (
-        f"{name} does not have a deterministic implementation, but you set "
-        "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation, or you "
-        "can use the 'warn_only=True' option, if that's acceptable for your application."
+    message = (  # the words torch's error begins with, so that what matches it on a GPU matches here
+        f"{name} does not have a deterministic implementation, and torch.use_deterministic_algorithms(True) is on "
+        "(with warn_only=True it warns instead)"
     )
     if torch.is_deterministic_algorithms_warn_only_enabled():
         warnings.warn(message, UserWarning, stacklevel=2)

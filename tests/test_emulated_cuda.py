@@ -418,6 +418,19 @@ def test_operations_cuda_has_no_deterministic_kernel_for_fail(mode, deterministi
             operation()
 
 
+def test_a_deterministic_run_needs_a_fixed_cublas_workspace_for_its_matmuls(
+    mode, deterministic_algorithms, monkeypatch
+):
+    a, b = device_randn(3, 4), device_randn(4, 2, seed=1)
+    a @ b  # no determinism asked for: cuBLAS as it comes
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    deterministic_algorithms()
+    with pytest.raises(RuntimeError, match="CUBLAS_WORKSPACE_CONFIG"):
+        a @ b
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    assert torch.equal((a @ b).cpu(), a.cpu() @ b.cpu())
+
+
 def test_work_on_a_stream_is_ordered_after_another_only_by_a_wait(mode):
     default, side = torch.cuda.current_stream(), torch.cuda.Stream()
     written = device_randn(3)  # written on the default stream
