@@ -114,11 +114,82 @@ def test_what_evolution_moves_leaves_out_what_nothing_reads_and_a_mates_other_te
 
 
 def test_the_update_roofline_counts_what_an_update_does(capsys):
-    update_roofline.main(["--preset", "smoke", "--set", "runtime.device=cpu", "--updates", "2", "--json"])
+    argv = ["--preset", "smoke", "--set", "runtime.device=cpu", "--updates", "2", "--json", "--check-profiler"]
+    update_roofline.main(argv)
     report = json.loads(capsys.readouterr().out)
     assert report["device"] == "cpu" and report["cuda_graphs"] is False and report["spec_peaks"] is None
     assert report["flop_per_update"] > 0 and report["kernels_per_update"] > 100
     # as launched, every kernel reads and writes its operands: never less than the least an update must move
     assert report["launched_bytes_per_update"] > report["compulsory_bytes_per_update"] > 0
     assert report["flops_per_s"] == pytest.approx(report["flop_per_update"] / report["update_s"])
-    assert "TFLOP/s" in update_roofline.report(report)
+    check = report["profiler_check"]
+    assert check["dispatched"] == report["kernels_per_update"] and "CPU" in check["profiled_kind"]
+    assert "TFLOP/s" in update_roofline.report(report) and "profiler:" in update_roofline.report(report)
+
+
+# ------------------------------------------------------------------ what the roofline counts as a kernel and its bytes
+
+FLOAT, LONG = 4, 8
+SOURCE_ROWS, ROW = 1000, 8  # a (1000, 8) float32 source: a row is 32 bytes
+
+
+def test_a_chain_of_views_launches_no_kernel_and_moves_no_byte():
+    x = torch.randn(6, 4)
+    chained = lambda: x.view(4, 6).t().unsqueeze(0).expand(3, 6, 4)[:, 1:].select(0, 1).reshape(5, 4).detach()  # noqa: E731
+    aliases = lambda: torch.ops.aten._unsafe_view(torch.ops.aten.alias(x), (24,))  # noqa: E731
+    views = update_roofline.count_kernels(lambda: (chained(), aliases()))
+    assert views.kernels == 0 and views.bytes == 0
+    allocations = update_roofline.count_kernels(lambda: (torch.empty(1000), torch.empty_like(x), x.new_empty(9)))
+    assert allocations.kernels == 0 and allocations.bytes == 0  # memory handed out, nothing run
+
+
+@pytest.mark.parametrize(
+    ("gather", "index_bytes"),
+    [
+        (lambda source, index: source[index], 10 * LONG),
+        (lambda source, index: source.index_select(0, index), 10 * LONG),
+        (lambda source, index: torch.nn.functional.embedding(index, source), 10 * LONG),
+        (lambda source, index: torch.index_select(source, 0, index, out=torch.empty(10, ROW)), 10 * LONG),
+        (lambda source, index: source.gather(0, index[:, None].expand(10, ROW)), 10 * LONG),  # a broadcast index
+    ],
+    ids=["x[index]", "index_select", "embedding", "index_select(out=)", "gather"],
+)
+def test_a_gather_reads_the_rows_it_gathers_not_its_whole_source(gather, index_bytes):
+    source, index = torch.randn(SOURCE_ROWS, ROW), torch.randint(SOURCE_ROWS, (10,))
+    counted = update_roofline.count_kernels(lambda: gather(source, index))
+    rows = 10 * ROW * FLOAT
+    assert counted.kernels == 1
+    assert counted.bytes == rows + rows + index_bytes  # the rows read, the rows written, the index
+
+
+def test_an_in_place_operation_counts_once_even_on_a_view():
+    x, y = torch.randn(100, 8), torch.randn(100, 4)
+    half = 100 * 4 * FLOAT
+    added = update_roofline.count_kernels(lambda: x[:, :4].add_(y))  # a view, then one kernel on it
+    assert added.operations == {"aten.add_.Tensor": 1}
+    assert added.bytes == half + half + half  # the view read and written (the same memory, written once), y read
+    copied = update_roofline.count_kernels(lambda: x[:, 4:].copy_(y))
+    assert copied.kernels == 1 and copied.bytes == 2 * half  # a copy writes its destination without reading it
+    squared = update_roofline.count_kernels(lambda: y.mul(y))
+    assert squared.bytes == 2 * half  # the same operand twice is read once
+
+
+def test_an_in_place_scatter_touches_only_the_rows_it_writes():
+    target, rows, index = torch.zeros(SOURCE_ROWS, ROW), torch.randn(10, ROW), torch.randperm(SOURCE_ROWS)[:10]
+    written = 10 * ROW * FLOAT
+    copied = update_roofline.count_kernels(lambda: target.index_copy_(0, index, rows))
+    assert copied.kernels == 1 and copied.bytes == written + written + 10 * LONG  # rows read, written, the index
+    added = update_roofline.count_kernels(lambda: target.index_add_(0, index, rows))
+    assert added.bytes == written + 2 * written + 10 * LONG  # accumulating: the target's rows read too
+    put = update_roofline.count_kernels(lambda: target.index_put_((index,), rows))
+    assert put.bytes == written + written + 10 * LONG
+
+
+def test_the_cpu_profiler_counts_the_kernels_the_dispatch_mode_counts_on_an_update(tmp_path):
+    """The proxy on the CPU: the aten operations torch.profiler records that launch work, against the dispatch mode's
+    count of the same update, within 2% (on a GPU the check counts the CUDA kernels: gpu_smoke's roofline)."""
+    trainer = small_trainer(tmp_path)
+    throughput.fill_buffer(trainer)
+    check = update_roofline.profiler_check(trainer.updates.step, torch.device("cpu"))
+    assert check["dispatched"] > 100
+    assert check["ratio"] == pytest.approx(1.0, abs=0.02), check

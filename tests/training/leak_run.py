@@ -34,6 +34,7 @@ from tests.emulated_cuda import emulate_cuda
 from tests.run_checks import rows
 from training import loop as trainer_module
 from training import rollout as rollout_module
+from training import update as update_module
 from training.runs import start_run
 from utils import telemetry
 
@@ -180,10 +181,7 @@ def run_in_own_process(
 
 @injection
 def loss_tensors_kept_with_their_graphs(mp, kept):
-    def keep_loss(result, learner, batch, **kwargs):
-        kept.append(learner.actor(batch.windows, batch.weights).pow(2).mean())  # with its graph
-
-    wrap(mp, Learner, "update", after=keep_loss)
+    wrap(mp, Learner, "actor_loss", after=lambda loss, *a, **kw: kept.append(loss))  # each with its graph
 
 
 @injection
@@ -255,13 +253,13 @@ def the_outgoing_champion_kept_on_each_crowning(mp, kept):
 @injection
 def an_unbounded_loss_history(mp, kept):
     # Every update's per-agent losses appended to a history that is never trimmed.
-    wrap(mp, Learner, "update", after=lambda result, *a, **kw: kept.append(result["actor"].tolist()))
+    wrap(mp, update_module.Updates, "step", after=lambda result, *a, **kw: kept.append(result["actor"].tolist()))
 
 
 @injection
 def a_few_python_floats_per_generation(mp, kept):
     # Untracked by the collector and a few blocks each: 16 floats a generation at the test's scale.
-    wrap(mp, Learner, "update", after=lambda result, *a, **kw: kept.extend(result["actor"].tolist()))
+    wrap(mp, update_module.Updates, "step", after=lambda result, *a, **kw: kept.extend(result["actor"].tolist()))
 
 
 @injection

@@ -18,11 +18,18 @@ import torch
 
 from config import override, preset
 from environment import vector_env
-from models.learner import Learner
 from persistence import checkpoint
-from tests.emulated_cuda import DeviceMismatchError, DeviceTensor, HostReadError, emulate_cuda
+from tests.emulated_cuda import (
+    DeviceMismatchError,
+    DeviceTensor,
+    HostReadError,
+    NondeterministicError,
+    RaceError,
+    SyncError,
+    emulate_cuda,
+)
 from tests.run_checks import deterministic, rows, state_digest
-from training import loop, parts, rollout
+from training import graphs, loop, parts, rollout, update
 from training.evolution import EvolutionPlan
 from training.loop import Trainer
 from training.runs import start_run
@@ -119,10 +126,70 @@ def staging_without_its_wait(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(torch.cuda, "current_stream", lambda device=None: WithoutWaits(current_stream(device)))
 
 
+def results_brought_over_without_waiting(mp: pytest.MonkeyPatch) -> None:
+    # A non-blocking copy to the host returns pinned memory that the GPU fills later: the gate reads it before.
+    def to_host(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return tensor.detach().to("cpu", dtype=dtype, non_blocking=True)
+
+    mp.setattr(parts, "to_host", to_host)
+    mp.setattr(loop, "to_host", to_host)
+
+
+def plan_through_one_pinned_buffer(mp: pytest.MonkeyPatch) -> None:
+    # Each field of the plan staged through the same pinned buffer: the next field overwrites the buffer while the
+    # copy of the previous one to the device may still be reading it.
+    def to(plan: EvolutionPlan, device: torch.device | str) -> EvolutionPlan:
+        device = torch.device(device)
+        staging = torch.empty(plan.parents.shape, dtype=torch.float64, pin_memory=device.type == "cuda")
+        fields = []
+        for field in plan:
+            staging.copy_(field)
+            fields.append(staging.to(device, non_blocking=True).to(field.dtype))
+        return EvolutionPlan(*fields)
+
+    mp.setattr(EvolutionPlan, "to", to)
+
+
+def positive_losses_picked_by_a_mask(mp: pytest.MonkeyPatch) -> None:
+    # Inside the captured update: a boolean mask's result has as many rows as the device says, so the host waits.
+    after(mp, update.Updates, "step", lambda losses: losses["actor"][losses["actor"] > 0].sum())
+
+
+def episode_returns_by_index_add(mp: pytest.MonkeyPatch) -> None:
+    # Each episode's return as a segment sum of its days: on CUDA the days' atomic additions come in any order.
+    def episode_returns(rewards: torch.Tensor) -> torch.Tensor:  # (P, E, D) -> (P, E)
+        episode = torch.zeros(rewards.shape[-1], dtype=torch.long, device=rewards.device)
+        return torch.zeros(*rewards.shape[:-1], 1, device=rewards.device).index_add_(2, episode, rewards)[..., 0]
+
+    mp.setattr(rollout, "episode_returns", episode_returns)
+
+
+def side_stream_not_waited_for(mp: pytest.MonkeyPatch) -> None:
+    # The graphed steps' eager calls and captures run on a side stream; without the wait back, the default stream
+    # reads the parameters and states they wrote while they may still be running.
+    def on_side_stream(step: graphs.GraphedStep, work: Callable[[], None]) -> None:
+        step._stream.wait_stream(torch.cuda.current_stream(step.device))
+        with torch.cuda.stream(step._stream):
+            work()
+
+    mp.setattr(graphs.GraphedStep, "_on_side_stream", on_side_stream)
+
+
+def side_stream_not_waiting(mp: pytest.MonkeyPatch) -> None:
+    # The side stream starts on tensors the default stream has just written, without waiting for it.
+    def on_side_stream(step: graphs.GraphedStep, work: Callable[[], None]) -> None:
+        current = torch.cuda.current_stream(step.device)
+        with torch.cuda.stream(step._stream):
+            work()
+        current.wait_stream(step._stream)
+
+    mp.setattr(graphs.GraphedStep, "_on_side_stream", on_side_stream)
+
+
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
     "device results not brought to the host (numpy of the device's relatives)": (no_boundary, TypeError, "numpy"),
     "a python float of each update's loss": (
-        lambda mp: after(mp, Learner, "update", lambda losses: float(losses["actor"].sum())),
+        lambda mp: after(mp, update.Updates, "step", lambda losses: float(losses["actor"].sum())),
         HostReadError,
         "reads a value",
     ),
@@ -144,6 +211,16 @@ INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
         (AssertionError, ValueError),  # the checkpoint differs, or a step count staged with it is read as NaN
         "differs|NaN",
     ),
+    "the decisions' evidence copied to the host without waiting": (
+        results_brought_over_without_waiting,
+        ValueError,  # the gate's bound, computed from the NaN the buffers held, cannot be recorded
+        "is nan",
+    ),
+    "the evolution plan staged through one pinned buffer": (plan_through_one_pinned_buffer, RaceError, "reading"),
+    "a boolean mask inside the captured update": (positive_losses_picked_by_a_mask, SyncError, "capturing"),
+    "episode returns summed with index_add_ (atomics)": (episode_returns_by_index_add, NondeterministicError, "order"),
+    "the graphed steps' side stream not waited for": (side_stream_not_waited_for, RaceError, "without waiting"),
+    "the graphed steps' side stream not waiting": (side_stream_not_waiting, RaceError, "without waiting"),
 }
 
 
