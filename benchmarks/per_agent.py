@@ -100,8 +100,8 @@ def run_episodes(
             weights = cash_weights((), market.num_assets, device=device)
             day = start
             for _ in range(episode_days):
-                window = gatherer.gather(torch.tensor([day], device=device))  # (1, N, L * K)
-                logits = agent.actor.logits(window.unsqueeze(0), weights.view(1, 1, -1))[0, 0]
+                obs = gatherer.observe(torch.tensor([day], device=device), weights.view(1, 1, -1))  # one window
+                logits = agent.actor.logits(obs)[0, 0]
                 if exploring is not None and exploring[e]:
                     logits = logits + stdev * torch.randn(logits.shape, generator=generator, device=device)
                 action = torch.softmax(logits, dim=-1)

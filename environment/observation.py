@@ -1,13 +1,28 @@
-"""Observation windows, rebuilt from the one feature tensor whenever they are needed.
+"""What an agent observes, rebuilt from the one feature tensor whenever it is needed.
 
-Nothing stores observations: a window is identified by its decision day, and this module gathers
-``features[t - L + 1 : t + 1]`` on demand. The gather reads a strided view of ``features`` (no
-copy) and writes into a caller-owned buffer, so a steady-state step allocates nothing.
+An observation is the market's part, the lookback window of every asset's features, and the portfolio's weights
+(``Observation``). Nothing stores observations: the market's part is identified by its decision day, and
+``WindowGatherer`` gathers ``features[t - L + 1 : t + 1]`` on demand (``observe``: a day's observation from its
+decision day and weights, for the environments and the replay buffer alike). The gather reads a strided view of
+``features`` (no copy) and writes into a caller-owned buffer, so a steady-state step allocates nothing.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+
+
+class Observation(NamedTuple):
+    """What an agent sees at a decision: the networks read the market's part (``models.networks``, ``features``) and
+    the weights (``decide``) apart."""
+
+    windows: torch.Tensor
+    """(..., N, L * K) the lookback window of every asset's features; a leading agent dimension, or none when every
+    agent sees the same windows."""
+    weights: torch.Tensor | None
+    """(P, ..., N + 1) the portfolio's weights, cash first; None for a block of days whose weights are not known yet."""
 
 
 class WindowGatherer:
@@ -43,6 +58,13 @@ class WindowGatherer:
         """A buffer for ``gather``: (*shape, N, L * K)."""
         device = device or self._windows.device
         return torch.empty(*shape, self.num_assets, self.window_size, device=device)
+
+    def observe(
+        self, days: torch.Tensor, weights: torch.Tensor | None, *, out: torch.Tensor | None = None
+    ) -> Observation:
+        """The observation at decision days ``days`` of portfolios holding ``weights``: the market's part gathered
+        (into ``out``, from ``empty(*days.shape)``), the weights as given."""
+        return Observation(self.gather(days, out=out), weights)
 
     def gather(self, days: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Windows ending at ``days`` (inclusive): (*days.shape, N, L * K).

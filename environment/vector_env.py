@@ -24,14 +24,7 @@ import torch
 
 from environment.kernel import portfolio_step, with_cash
 from environment.market import Market
-from environment.observation import WindowGatherer
-
-
-class Observation(NamedTuple):
-    windows: torch.Tensor
-    """(E, N, L * K) feature windows, shared by all agents."""
-    weights: torch.Tensor
-    """(P, E, N + 1) current portfolio weights, cash first."""
+from environment.observation import Observation, WindowGatherer
 
 
 class Step(NamedTuple):
@@ -114,20 +107,22 @@ class VectorPortfolioEnv:
         return self.observe()
 
     def observe(self) -> Observation:
-        self.gatherer.gather(self._days, out=self.windows)
-        return Observation(self.windows, self.weights)
+        """Today's observation: windows (E, N, L * K), shared by every agent, and weights (P, E, N + 1)."""
+        return self.gatherer.observe(self._days, self.weights, out=self.windows)
 
-    def block_windows(self, days: int, out: torch.Tensor) -> torch.Tensor:
-        """The windows of the next ``days`` decision days of every episode, gathered at once on the device:
-        (E, days, N, L * K) into the front of ``out`` (a buffer from ``gatherer.empty(E, at least days)``)."""
+    def observe_block(self, days: int, out: torch.Tensor) -> Observation:
+        """The market's part of the next ``days`` decisions of every episode, gathered at once on the device: windows
+        (E * days, N, L * K), episode by episode, into the front of ``out`` (a buffer from ``gatherer.empty(E, at
+        least days)``); no weights, which only the days before will tell."""
         shape = (self.num_episodes, days, *out.shape[2:])
         block = out.view(-1)[: math.prod(shape)].view(shape)  # the buffer's front, contiguous
-        return self.gatherer.gather(self._days[:, None] + self._offsets[:days], out=block)
+        observation = self.gatherer.observe(self._days[:, None] + self._offsets[:days], None, out=block)
+        return observation._replace(windows=observation.windows.flatten(0, 1))
 
     def apply(self, actions: torch.Tensor) -> Step:
         """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories and the
-        weights and days are written in place (the next observation's windows are gathered by ``observe`` or
-        ``block_windows``)."""
+        weights and days are written in place (the next observation is gathered by ``observe`` or
+        ``observe_block``)."""
         relatives = with_cash(self.market.relatives[self._days + 1])  # (E, N + 1)
         result = portfolio_step(self.weights, actions, relatives, cost_rate=self.cost_rate)
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))

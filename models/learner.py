@@ -158,13 +158,13 @@ class Learner:
         gamma = self.settings.gamma
         if gamma == 0:
             return batch.rewards  # the next day's value would be multiplied by zero: not computed
-        logits = self.actor_target.logits(batch.next_windows, batch.next_weights)
+        logits = self.actor_target.logits(batch.next_obs)
         if smoothing is not None:
             logits = logits + smoothing
         next_actions = torch.softmax(logits, dim=-1)
-        next_q = self.critic_target(batch.next_windows, batch.next_weights, next_actions)
+        next_q = self.critic_target(batch.next_obs, next_actions)
         if self.twin_critic_target is not None:
-            twin = self.twin_critic_target(batch.next_windows, batch.next_weights, next_actions)
+            twin = self.twin_critic_target(batch.next_obs, next_actions)
             next_q = torch.minimum(next_q, twin)
         return batch.rewards + gamma * (1.0 - batch.terminated) * next_q  # (P, B)
 
@@ -172,7 +172,7 @@ class Learner:
         """(P,) the squared TD error of each agent's critics, summed over the critics."""
         loss = None
         for critic in self.critics:
-            q = critic(batch.windows, batch.weights, batch.actions)  # (P, B)
+            q = critic(batch.obs, batch.actions)  # (P, B)
             error = (q - target_q).pow(2).mean(dim=1)  # (P,)
             loss = error if loss is None else loss + error
         return loss
@@ -180,16 +180,16 @@ class Learner:
     def actor_loss(self, batch: ReplayBatch) -> torch.Tensor:
         """(P,) minus each agent's objective (``settings.actor_objective``), with the tilt penalty."""
         gamma = self.settings.gamma
-        actions = self.actor(batch.windows, batch.weights)  # (P, B, N + 1)
+        actions = self.actor(batch.obs)  # (P, B, N + 1)
         if self.settings.actor_objective == "model":
-            step = portfolio_step(batch.weights, actions, batch.next_relatives, cost_rate=self.cost_rate)
+            step = portfolio_step(batch.obs.weights, actions, batch.next_relatives, cost_rate=self.cost_rate)
             value = step.rewards  # (P, B)
             if gamma > 0:
-                next_actions = self.actor(batch.next_windows, step.next_weights)
-                next_q = self.critic(batch.next_windows, step.next_weights, next_actions)
+                next_obs = batch.next_obs._replace(weights=step.next_weights)  # the day after this action
+                next_q = self.critic(next_obs, self.actor(next_obs))
                 value = value + gamma * (1.0 - batch.terminated) * next_q
         else:
-            value = self.critic(batch.windows, batch.weights, actions)
+            value = self.critic(batch.obs, actions)
         if self.settings.tilt_penalty > 0:
             assets = actions.shape[-1] - 1
             equal_weight = torch.full_like(actions[0, 0], 1.0 / assets)

@@ -3,10 +3,10 @@
 A population network is one ``nn.Module`` whose layers hold (P, in, out) weights and run as batched
 matmuls, so one forward evaluates every agent. Agent ``i`` is the slice ``[i]`` of every parameter.
 
-Both networks read an observation as (N, L * K) feature windows plus (N + 1) weights, cash first,
-and share one design: a per-asset encoder (the same weights for every asset) turns each asset's
-window into an embedding, so the networks work for any number of assets and see each asset the same
-way.
+Both networks read an observation (``environment.observation.Observation``): (N, L * K) feature
+windows plus (N + 1) weights, cash first, and share one design: a per-asset encoder (the same
+weights for every asset) turns each asset's window into an embedding, so the networks work for any
+number of assets and see each asset the same way.
 
 * Actor: per asset, [embedding, mean embedding over assets, the asset's weight] -> MLP -> a logit;
   cash gets a logit from [mean embedding, cash weight]. Softmax over N + 1 gives target weights.
@@ -18,10 +18,10 @@ way.
 
 A head's first layer reads the concatenation of its inputs, but the concatenation is never written: its weight's
 rows for each input multiply that input alone (``BatchedLinear.part``), so the context's product is made once per
-observation, not once per asset, and the part that depends on the windows alone (the encoder, the embeddings' and
-the context's products) is computed apart from the part that depends on the portfolio's weights
+observation, not once per asset, and the part that depends on the observation's market part alone (the encoder, the
+embeddings' and the context's products) is computed apart from the part that depends on the portfolio's weights
 (``Actor.features`` and ``Actor.decide``; ``Critic.features`` and ``Critic.value``). A day's decision then reruns
-only the small part: the windows' part of a whole block of days is computed in one pass (``training.rollout``).
+only the small part: the market's part of a whole block of days is computed in one pass (``training.rollout``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from config import ModelConfig
+from environment.observation import Observation
 
 CASH_LOGIT = -4.0
 """Initial bias of the cash logit: a new agent keeps about e^-4 / N of its value in cash."""
@@ -175,10 +176,11 @@ class Actor(nn.Module):
             mine.copy_(theirs[index : index + 1])
         return single.requires_grad_(False)
 
-    def features(self, windows: torch.Tensor) -> ActorFeatures:
-        """windows (P or 1, M, N, L * K) -> what the heads compute from them before the weights (``ActorFeatures``)."""
+    def features(self, obs: Observation) -> ActorFeatures:
+        """What the heads compute from the market's part of M observations (windows (P or no agent dimension, M, N,
+        L * K)) before the weights (``ActorFeatures``)."""
         embedding = self.model.embedding
-        emb = self.encoder(windows)  # (P, M, N, D)
+        emb = self.encoder(per_agent(obs.windows))  # (P, M, N, D)
         context = emb.mean(dim=2)  # (P, M, D)
         first = self.asset_head.layers[0]
         context_part = first.part(context, embedding, 2 * embedding) + first.bias  # (P, M, H), once per observation
@@ -198,13 +200,13 @@ class Actor(nn.Module):
         cash_logit = self.cash_head.layers[1](cash_hidden)  # (P, M, 1)
         return torch.cat([cash_logit, asset_logits], dim=-1)
 
-    def logits(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """windows (P or 1, M, N, L * K), weights (P, M, N + 1) -> logits (P, M, N + 1)."""
-        return self.decide(self.features(windows), weights)
+    def logits(self, obs: Observation) -> torch.Tensor:
+        """M observations -> logits (P, M, N + 1)."""
+        return self.decide(self.features(obs), obs.weights)
 
-    def forward(self, windows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Observation) -> torch.Tensor:
         """Target weights (P, M, N + 1) on the simplex."""
-        return torch.softmax(self.logits(windows, weights), dim=-1)
+        return torch.softmax(self.logits(obs), dim=-1)
 
 
 class Critic(nn.Module):
@@ -222,10 +224,11 @@ class Critic(nn.Module):
         for module in (self.encoder, self.asset_head, self.value_head):
             module.reset_parameters(generator, rows=rows)
 
-    def features(self, windows: torch.Tensor) -> torch.Tensor:
-        """windows (P or 1, M, N, L * K) -> (P, M, N, H): the asset head's first layer on the embeddings, with bias."""
+    def features(self, obs: Observation) -> torch.Tensor:
+        """The market's part of M observations -> (P, M, N, H): the asset head's first layer on the embeddings, with
+        bias."""
         first = self.asset_head.layers[0]
-        return first.part(self.encoder(windows), 0, self.model.embedding) + first.bias.unsqueeze(1)
+        return first.part(self.encoder(per_agent(obs.windows)), 0, self.model.embedding) + first.bias.unsqueeze(1)
 
     def value(self, features: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``features`` of M observations, their weights and actions (P, M, N + 1) -> Q (P, M)."""
@@ -241,5 +244,11 @@ class Critic(nn.Module):
         value_in = torch.addcmul(value_in, actions[..., :1], value_first.column(hidden + 1).view(popsize, 1, -1))
         return self.value_head.layers[1](torch.relu(value_in))[..., 0]  # (P, M)
 
-    def forward(self, windows: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.value(self.features(windows), weights, actions)
+    def forward(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
+        """M observations and actions (P, M, N + 1) -> Q (P, M)."""
+        return self.value(self.features(obs), obs.weights, actions)
+
+
+def per_agent(windows: torch.Tensor) -> torch.Tensor:
+    """Windows (M, N, L * K) that every agent sees as (1, M, N, L * K); windows with an agent dimension as they are."""
+    return windows if windows.dim() == 4 else windows.unsqueeze(0)

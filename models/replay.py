@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from environment.kernel import with_cash
-from environment.observation import WindowGatherer
+from environment.observation import Observation, WindowGatherer
 
 SEGMENTS = 16
 """A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
@@ -44,18 +44,14 @@ class ReplayState(NamedTuple):
 
 
 class ReplayBatch(NamedTuple):
-    windows: torch.Tensor
-    """(P, B, N, L * K) observation windows."""
-    weights: torch.Tensor
-    """(P, B, N + 1) weights in the observation."""
+    obs: Observation
+    """The observations: windows (P, B, N, L * K), weights (P, B, N + 1)."""
     actions: torch.Tensor
     """(P, B, N + 1) target weights taken."""
     rewards: torch.Tensor
     """(P, B) rewards."""
-    next_windows: torch.Tensor
-    """(P, B, N, L * K) next observation windows."""
-    next_weights: torch.Tensor
-    """(P, B, N + 1) weights in the next observation."""
+    next_obs: Observation
+    """The next observations: windows (P, B, N, L * K), weights (P, B, N + 1)."""
     terminated: torch.Tensor
     """(P, B) float, 1 where the episode ended for good (no bootstrap)."""
     truncated: torch.Tensor
@@ -197,12 +193,10 @@ class ReplayBuffer:
         s = self.storage
         days = s["days"][index].long()  # (P, B)
         return ReplayBatch(
-            windows=self.gatherer.gather(days, out=self._windows),
-            weights=s["weights"][index],
+            obs=self.gatherer.observe(days, s["weights"][index], out=self._windows),
             actions=s["actions"][index],
             rewards=s["rewards"][index],
-            next_windows=self.gatherer.gather(days + 1, out=self._next_windows),
-            next_weights=s["next_weights"][index],
+            next_obs=self.gatherer.observe(days + 1, s["next_weights"][index], out=self._next_windows),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
             next_relatives=with_cash(self.relatives[days + 1]),

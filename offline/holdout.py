@@ -118,11 +118,10 @@ def run_range(
     obs = env.reset(torch.tensor(starts, device=device))
     while obs is not None:
         step = env.step_index
-        windows = obs.windows.unsqueeze(0)
         actions = torch.empty(len(strategies), len(starts), n + 1, device=device)
         for strategy, actor in actors.items():
             i = slots[strategy]
-            actions[i] = actor(windows, obs.weights[i : i + 1])[0]
+            actions[i] = actor(obs._replace(weights=obs.weights[i : i + 1]))[0]
         actions[slots["equal_weight"]] = equal
         actions[slots["buy_and_hold"]] = equal if step == 0 else obs.weights[slots["buy_and_hold"]]
         actions[slots["cash"]] = cash

@@ -67,6 +67,43 @@ def random_simplex(*shape: int, generator: torch.Generator) -> torch.Tensor:
     return torch.softmax(2 * torch.randn(*shape, generator=generator), dim=-1)
 
 
+def replay_batch(
+    agents: int,
+    size: int,
+    assets: int,
+    window: int,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    terminated: float = 0.0,
+    truncated: float = 0.0,
+):
+    """A replay batch built by hand, (agents, size) transitions of ``assets`` assets and windows of ``window`` values:
+    random windows, weights on the simplex, small rewards and price relatives near 1; every transition's end flags
+    as given."""
+    from environment.observation import Observation
+    from models.replay import ReplayBatch
+
+    g = torch.Generator().manual_seed(seed)
+    shape = (agents, size)
+    windows = torch.randn(*shape, assets, window, generator=g)  # (P, B, N, L * K)
+    weights = random_simplex(*shape, assets + 1, generator=g)  # (P, B, N + 1)
+    actions = random_simplex(*shape, assets + 1, generator=g)
+    rewards = torch.randn(*shape, generator=g) * 0.1  # (P, B)
+    next_windows = torch.randn(*shape, assets, window, generator=g)
+    next_weights = random_simplex(*shape, assets + 1, generator=g)
+    next_relatives = torch.cat([torch.ones(*shape, 1), 1 + 0.02 * torch.randn(*shape, assets, generator=g)], dim=-1)
+    return ReplayBatch(
+        obs=Observation(windows.to(dtype), weights.to(dtype)),
+        actions=actions.to(dtype),
+        rewards=rewards.to(dtype),
+        next_obs=Observation(next_windows.to(dtype), next_weights.to(dtype)),
+        terminated=torch.full(shape, terminated, dtype=dtype),
+        truncated=torch.full(shape, truncated, dtype=dtype),
+        next_relatives=next_relatives.to(dtype),
+    )
+
+
 def momentum_prices(*, num_days: int = 1100, num_assets: int = 4, persistence: float = 0.9, seed: int = 0):
     """Prices where one "hot" asset rises each day and usually stays hot the next day.
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from torch.utils._pytree import tree_map
 
 from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_roofline
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
@@ -51,7 +52,7 @@ def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     update_agents(agents[:1], view, 1, generator=generator)
     generator.set_state(state)
     batch = view.sample(generator)
-    expanded = type(batch)(*(t.expand(trainer.population.popsize, *t.shape[1:]) for t in batch))
+    expanded = tree_map(lambda t: t.expand(trainer.population.popsize, *t.shape[1:]), batch)
     trainer.population.learner.update(expanded)
     for single, stacked in zip(agents[0].actor.parameters(), trainer.population.actor.parameters()):
         torch.testing.assert_close(single[0], stacked[0], rtol=1e-4, atol=1e-6)

@@ -56,10 +56,9 @@ def block_lengths(days: int, *, bytes_per_day: int) -> list[int]:
 
 
 def block_features(actor: Actor, env: VectorPortfolioEnv, windows: torch.Tensor, days: int) -> ActorFeatures:
-    """The actor's windows' part (``Actor.features``) for the next ``days`` days of every episode of ``env``, each
+    """The actor's market part (``Actor.features``) for the next ``days`` days of every episode of ``env``, each
     tensor (P, E, days, ...); ``windows``: a buffer from ``env.gatherer.empty(E, at least days)``."""
-    block = env.block_windows(days, out=windows)  # (E, days, N, L * K), shared by every agent
-    features = actor.features(block.flatten(0, 1).unsqueeze(0))  # (P, E * days, ...)
+    features = actor.features(env.observe_block(days, out=windows))  # (P, E * days, ...): every agent sees the days
     shape = (env.num_episodes, days)
     return ActorFeatures(features.assets.unflatten(1, shape), features.cash.unflatten(1, shape))
 

@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import Config
 from environment.market import Market
+from environment.observation import Observation
 from models.learner import Learner
 from models.replay import ReplayBatch
 from training import rollout as rollout_module
@@ -178,12 +179,10 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
         return torch.empty(*shape, *trailing, device=device)
 
     batch = ReplayBatch(
-        windows=empty(num_assets, window),
-        weights=empty(n1),
+        obs=Observation(empty(num_assets, window), empty(n1)),
         actions=empty(n1),
         rewards=empty(),
-        next_windows=empty(num_assets, window),
-        next_weights=empty(n1),
+        next_obs=Observation(empty(num_assets, window), empty(n1)),
         terminated=empty(),
         truncated=empty(),
         next_relatives=empty(n1),

@@ -33,7 +33,7 @@ class ObservationNoise(NamedTuple):
     @torch.no_grad()
     def add_(self, batch: ReplayBatch) -> None:
         """Add the noise to the batch's windows in place (they are the replay buffer's own gather buffers)."""
-        for windows in (batch.windows, batch.next_windows):
+        for windows in (batch.obs.windows, batch.next_obs.windows):
             draws = torch.randn(self.draws.shape, generator=self.generator, out=self.draws)
             windows.add_(draws[self.rows], alpha=self.stdev)
 

@@ -120,15 +120,14 @@ def test_vector_env_reset_starts_in_cash_and_reuses_its_arrays(market):
     assert env.rewards_per_episode.abs().sum() == 0
 
 
-def test_a_blocks_windows_are_each_days_observation(market):
-    """``block_windows`` gathers the windows of the next days of every episode at once: day k's are what ``observe``
-    gives after k steps."""
+def test_a_blocks_observation_holds_each_days_windows(market):
+    """``observe_block`` gathers the market's part of the next days of every episode at once, episode by episode:
+    day k's windows are what ``observe`` gives after k steps; the weights, not known yet, are left out."""
     env = VectorPortfolioEnv(market, num_agents=2, num_episodes=3, episode_days=6, lookback=4, cost_rate=0.001)
-    starts = torch.tensor([10, 14, 20])
-    env.reset(starts)
-    buffer = env.gatherer.empty(3, 6)
-    block = env.block_windows(5, out=buffer).clone()  # (E, 5, N, L * K)
-    assert block.shape == (3, 5, market.num_assets, env.gatherer.window_size)
+    env.reset(torch.tensor([10, 14, 20]))
+    block = env.observe_block(5, out=env.gatherer.empty(3, 6))
+    assert block.weights is None and block.windows.shape == (3 * 5, market.num_assets, env.gatherer.window_size)
+    windows = block.windows.view(3, 5, *block.windows.shape[1:]).clone()
     for day in range(5):
-        assert torch.equal(block[:, day], env.observe().windows)
+        assert torch.equal(windows[:, day], env.observe().windows)
         env.step(torch.softmax(torch.randn(2, 3, market.num_assets + 1), dim=-1))

@@ -12,7 +12,7 @@ from config import DDPGConfig, ModelConfig
 from environment.kernel import portfolio_step
 from models.learner import Learner
 from models.replay import ReplayBatch
-from tests.synthetic import random_simplex
+from tests.synthetic import replay_batch
 
 P, B, N, WINDOW = 3, 16, 3, 8  # agents, batch, assets, L * K
 GAMMA, TAU = 0.9, 0.05
@@ -37,18 +37,7 @@ def _learner(seed: int = 0, *, lr: float = 1e-3, cost_rate: float = 0.0, **setti
 
 def _batch(seed: int = 0, **flags: float) -> ReplayBatch:
     """A batch built by hand; ``terminated=`` / ``truncated=`` set the flags of every transition."""
-    g = torch.Generator().manual_seed(seed)
-    return ReplayBatch(
-        windows=torch.randn(P, B, N, WINDOW, generator=g),  # (P, B, N, L * K)
-        weights=random_simplex(P, B, N + 1, generator=g),  # (P, B, N + 1)
-        actions=random_simplex(P, B, N + 1, generator=g),
-        rewards=torch.randn(P, B, generator=g) * 0.1,  # (P, B)
-        next_windows=torch.randn(P, B, N, WINDOW, generator=g),
-        next_weights=random_simplex(P, B, N + 1, generator=g),
-        next_relatives=torch.cat([torch.ones(P, B, 1), 1 + 0.02 * torch.randn(P, B, N, generator=g)], dim=-1),
-        terminated=torch.full((P, B), flags.get("terminated", 0.0)),
-        truncated=torch.full((P, B), flags.get("truncated", 0.0)),
-    )
+    return replay_batch(P, B, N, WINDOW, seed=seed, **flags)
 
 
 def _calls(module: torch.nn.Module) -> list[int]:
@@ -84,9 +73,9 @@ def test_targets_move_by_exactly_tau():
 
 @torch.no_grad()
 def _q_and_next_q(learner: Learner, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    q = learner.critic(batch.windows, batch.weights, batch.actions)  # (P, B)
-    next_actions = learner.actor_target(batch.next_windows, batch.next_weights)
-    next_q = learner.critic_target(batch.next_windows, batch.next_weights, next_actions)
+    q = learner.critic(batch.obs, batch.actions)  # (P, B)
+    next_actions = learner.actor_target(batch.next_obs)
+    next_q = learner.critic_target(batch.next_obs, next_actions)
     return q, next_q
 
 
@@ -143,8 +132,8 @@ def test_model_objective_climbs_the_exact_reward_at_gamma_zero():
     batch = _batch(seed=7)
     learner = _learner(seed=8, gamma=0.0, actor_objective="model", max_grad_norm=0.0, cost_rate=cost)
     actor = learner.actor
-    actions = actor(batch.windows, batch.weights)
-    reward = portfolio_step(batch.weights, actions, batch.next_relatives, cost_rate=cost).rewards
+    actions = actor(batch.obs)
+    reward = portfolio_step(batch.obs.weights, actions, batch.next_relatives, cost_rate=cost).rewards
     expected_loss = -reward.mean(dim=1)
     expected_grads = torch.autograd.grad(expected_loss.sum(), list(actor.parameters()))
     losses = learner.update(batch)
@@ -168,7 +157,7 @@ def test_the_tilt_penalty_prices_the_squared_distance_from_equal_weight():
     equal_weight = torch.full((N + 1,), 1.0 / N)
     equal_weight[0] = 0.0
     model = {"gamma": 0.0, "actor_objective": "model", "max_grad_norm": 0.0}
-    actions = _learner(seed=12, **model).actor(batch.windows, batch.weights).detach()
+    actions = _learner(seed=12, **model).actor(batch.obs).detach()
     distance = (actions - equal_weight).pow(2).sum(dim=-1).mean(dim=1)  # (P,)
     plain = _learner(seed=12, **model).update(batch)
     penalised = _learner(seed=12, tilt_penalty=0.5, **model).update(batch)
@@ -177,7 +166,7 @@ def test_the_tilt_penalty_prices_the_squared_distance_from_equal_weight():
     learner = _learner(seed=12, lr=1e-2, tilt_penalty=10.0, **model)
     for _ in range(100):
         learner.update(batch)
-    after = learner.actor(batch.windows, batch.weights).detach()
+    after = learner.actor(batch.obs).detach()
     assert ((after - equal_weight).pow(2).sum(dim=-1).mean(dim=1) < 0.1 * distance).all()
 
 
@@ -250,15 +239,15 @@ def test_td3_trains_twin_critics_on_the_smaller_of_their_targets_with_clipped_sm
     noise = torch.randn(P, B, N + 1, generator=learner.noise_generator).mul(0.3).clamp(-0.4, 0.4)
     learner.noise_generator.set_state(generator_state)
     with torch.no_grad():
-        logits = learner.actor_target.logits(batch.next_windows, batch.next_weights) + noise
+        logits = learner.actor_target.logits(batch.next_obs) + noise
         next_actions = torch.softmax(logits, dim=-1)
         next_q = torch.minimum(
-            learner.critic_target(batch.next_windows, batch.next_weights, next_actions),
-            learner.twin_critic_target(batch.next_windows, batch.next_weights, next_actions),
+            learner.critic_target(batch.next_obs, next_actions),
+            learner.twin_critic_target(batch.next_obs, next_actions),
         )
         target = batch.rewards + GAMMA * next_q
-        q1 = learner.critic(batch.windows, batch.weights, batch.actions)
-        q2 = learner.twin_critic(batch.windows, batch.weights, batch.actions)
+        q1 = learner.critic(batch.obs, batch.actions)
+        q2 = learner.twin_critic(batch.obs, batch.actions)
     expected = (q1 - target).pow(2).mean(1) + (q2 - target).pow(2).mean(1)
     assert noise.abs().max() <= 0.4 and (noise.abs() == 0.4).any()  # the clip bites
     torch.testing.assert_close(learner.update(batch)["critic"], expected, rtol=1e-6, atol=1e-8)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from config import DDPGConfig, ModelConfig
+from environment.observation import Observation
 from models.networks import Actor, Critic
 from models.population import Population
 from tests.synthetic import random_simplex
@@ -68,12 +69,12 @@ def test_batched_forward_equals_each_agents_own_forward(cls, shared_windows):
     net = _build(cls, P, seed=0)
     shared, per_agent, weights, actions = _inputs()
     windows = shared if shared_windows else per_agent
-    args = (weights,) if cls is Actor else (weights, actions)
-    batched = net(windows, *args)  # (P, M, N + 1) or (P, M)
+    args = () if cls is Actor else (actions,)
+    batched = net(Observation(windows, weights), *args)  # (P, M, N + 1) or (P, M)
     assert batched.shape[:2] == (P, M)
     for i in range(P):
         agent_windows = windows if shared_windows else windows[i : i + 1]
-        own = _single(net, i)(agent_windows, *(a[i : i + 1] for a in args))
+        own = _single(net, i)(Observation(agent_windows, weights[i : i + 1]), *(a[i : i + 1] for a in args))
         torch.testing.assert_close(batched[i : i + 1], own, rtol=1e-6, atol=1e-7)
 
 
@@ -82,11 +83,11 @@ def test_batched_forward_equals_each_agents_own_forward(cls, shared_windows):
 def test_changing_one_agent_leaves_the_others_outputs_alone(cls):
     net = _build(cls, P, seed=0)
     _shared, windows, weights, actions = _inputs()
-    args = (weights,) if cls is Actor else (weights, actions)
-    before = net(windows, *args)
+    args = () if cls is Actor else (actions,)
+    before = net(Observation(windows, weights), *args)
     for param in net.parameters():
         param[1].add_(0.5)
-    after = net(windows, *args)
+    after = net(Observation(windows, weights), *args)
     assert torch.equal(after[0], before[0])
     assert torch.equal(after[2], before[2])
     assert not torch.equal(after[1], before[1])
@@ -97,7 +98,7 @@ def test_changing_one_agent_leaves_the_others_outputs_alone(cls):
 def test_actor_outputs_are_on_the_simplex(shared_windows):
     actor = _build(Actor, P, seed=1)
     shared, per_agent, weights, _ = _inputs(seed=1)
-    out = actor(shared if shared_windows else per_agent, weights)
+    out = actor(Observation(shared if shared_windows else per_agent, weights))
     assert out.shape == (P, M, N + 1)
     assert (out >= 0).all()
     torch.testing.assert_close(out.sum(-1), torch.ones(P, M))
@@ -167,7 +168,8 @@ def test_crown_copies_the_actor_slot_into_the_champion():
         assert torch.equal(tensor[0], actor[name][2]), name
     shared, _, weights, _ = _inputs()
     with torch.no_grad():
-        torch.testing.assert_close(population.champion(shared, weights[2:3]), population.actor(shared, weights)[2:3])
+        champion = population.champion(Observation(shared, weights[2:3]))
+        torch.testing.assert_close(champion, population.actor(Observation(shared, weights))[2:3])
 
 
 @pytest.mark.parametrize("popsize", [2, 5])
@@ -189,7 +191,8 @@ def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
     exact = _build(Actor, P, seed=4)
     bf16 = Actor(P, WINDOW, dataclasses.replace(WIDTHS, bf16_encoder=True))
     bf16.load_state_dict(exact.state_dict())
-    out, reference = bf16.logits(per_agent, weights), exact.logits(per_agent, weights)
+    obs = Observation(per_agent, weights)
+    out, reference = bf16.logits(obs), exact.logits(obs)
     assert out.dtype == torch.float32 and bf16.encoder(per_agent).dtype == torch.float32
     assert not torch.equal(out, reference)  # bfloat16 keeps 8 mantissa bits: the encoder really ran in it
     assert torch.allclose(out, reference, atol=0.05, rtol=0.05)
@@ -197,7 +200,7 @@ def test_a_bf16_encoder_keeps_float32_outputs_close_to_the_float32_networks():
 
     critic, critic_bf16 = _build(Critic, P, seed=5), Critic(P, WINDOW, dataclasses.replace(WIDTHS, bf16_encoder=True))
     critic_bf16.load_state_dict(critic.state_dict())
-    q, q_exact = critic_bf16(shared, weights, actions), critic(shared, weights, actions)
+    q, q_exact = critic_bf16(Observation(shared, weights), actions), critic(Observation(shared, weights), actions)
     assert q.dtype == torch.float32 and torch.allclose(q, q_exact, atol=0.05, rtol=0.05)
 
 
@@ -234,8 +237,9 @@ def test_the_heads_compute_the_concatenated_function_within_rounding(dtype, tole
             param.copy_(torch.randn(param.shape, generator=g, dtype=dtype) * 0.5)
     shared, per_agent, weights, actions = (t.to(dtype) for t in _inputs(seed=10))
     for windows in (shared, per_agent):
-        logits, expected = actor.logits(windows, weights), _concatenated_actor_logits(actor, windows, weights)
-        q, expected_q = critic(windows, weights, actions), _concatenated_q(critic, windows, weights, actions)
+        obs = Observation(windows, weights)
+        logits, expected = actor.logits(obs), _concatenated_actor_logits(actor, windows, weights)
+        q, expected_q = critic(obs, actions), _concatenated_q(critic, windows, weights, actions)
         for got, want in ((logits, expected), (q, expected_q)):
             assert got.dtype == dtype and got.shape == want.shape
             assert (got - want).abs().max() <= tolerance * want.abs().max(), (got - want).abs().max()
@@ -247,8 +251,8 @@ def test_an_actors_features_of_many_observations_decide_each_one_as_alone():
     one observation at a time, is what each observation's own forward gives: the basis of a block of days."""
     actor = _build(Actor, P, seed=11)
     shared, _per_agent, weights, _ = _inputs(seed=12)
-    block = actor.features(shared)
+    block = actor.features(Observation(shared, None))
     for m in range(M):
-        one = actor.logits(shared[:, m : m + 1], weights[:, m : m + 1])
+        one = actor.logits(Observation(shared[:, m : m + 1], weights[:, m : m + 1]))
         sliced = type(block)(*(part[:, m : m + 1] for part in block))
         torch.testing.assert_close(actor.decide(sliced, weights[:, m : m + 1]), one, rtol=1e-6, atol=1e-7)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves
 
 from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
@@ -113,14 +114,14 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
                     for d in (step.days + 1).tolist()
                 ]
             )
-        assert torch.equal(batch.windows, windows.expand(agents, -1, -1, -1))
-        assert torch.equal(batch.weights, weights)
+        assert torch.equal(batch.obs.windows, windows.expand(agents, -1, -1, -1))
+        assert torch.equal(batch.obs.weights, weights)
         assert torch.equal(batch.actions, step.actions)
         assert torch.equal(batch.rewards, step.rewards)
-        assert torch.equal(batch.next_windows, next_windows.expand(agents, -1, -1, -1))
-        assert torch.equal(batch.next_weights, step.next_weights)
+        assert torch.equal(batch.next_obs.windows, next_windows.expand(agents, -1, -1, -1))
+        assert torch.equal(batch.next_obs.weights, step.next_weights)
         if t + 1 < days:
-            assert torch.equal(batch.next_weights, seen[t + 1][1])
+            assert torch.equal(batch.next_obs.weights, seen[t + 1][1])
         # The price relatives of the day each action earned: what the 'model' objective replays.
         assert torch.equal(batch.next_relatives[..., 1:], market.relatives[step.days + 1].expand(agents, -1, -1))
         assert (batch.next_relatives[..., 0] == 1).all()
@@ -164,7 +165,7 @@ def test_state_round_trip(market, count):
         assert torch.equal(target.storage[key], tensor), key
     a = source.sample(torch.Generator().manual_seed(5))
     b = target.sample(torch.Generator().manual_seed(5))
-    for x, y in zip(a, b):
+    for x, y in zip(tree_leaves(a), tree_leaves(b)):
         assert torch.equal(x, y)
 
 
@@ -194,15 +195,15 @@ def test_sample_is_seeded_and_reuses_its_buffers(market):
     buffer = _buffer(market, 50, sample_shape=(3, 4))
     buffer.add(**_transitions(40, market.num_assets))
     first = buffer.sample(torch.Generator().manual_seed(11))
-    first_values = [t.clone() for t in first]
-    pointers = (first.windows.data_ptr(), first.next_windows.data_ptr())
-    assert first.windows.shape == (3, 4, market.num_assets, LOOKBACK * market.num_features)
+    first_values = [t.clone() for t in tree_leaves(first)]
+    pointers = (first.obs.windows.data_ptr(), first.next_obs.windows.data_ptr())
+    assert first.obs.windows.shape == (3, 4, market.num_assets, LOOKBACK * market.num_features)
     again = buffer.sample(torch.Generator().manual_seed(11))
-    for x, y in zip(first_values, again):
+    for x, y in zip(first_values, tree_leaves(again)):
         assert torch.equal(x, y)
     other = buffer.sample(torch.Generator().manual_seed(12))
-    assert (other.windows.data_ptr(), other.next_windows.data_ptr()) == pointers
-    assert not torch.equal(other.rewards, first_values[3])
+    assert (other.obs.windows.data_ptr(), other.next_obs.windows.data_ptr()) == pointers
+    assert not torch.equal(other.rewards, first_values[3])  # the leaves: windows, weights, actions, rewards, ...
     with pytest.raises(RuntimeError):
         _buffer(market, 5).sample(torch.Generator().manual_seed(0))
 

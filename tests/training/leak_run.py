@@ -299,11 +299,11 @@ def a_growing_list_of_upload_futures(mp, kept):
 
 @injection
 def per_step_numpy_allocations_kept(mp, kept):
-    # Each step's observation and weights copied to numpy and kept, a list per step, as history-keeping code does.
-    def keep(result, env):
-        kept.append([result.windows.numpy().copy(), result.weights.numpy().copy()])
+    # Each step's weights and actions copied to numpy and kept, a list per step, as history-keeping code does.
+    def keep(result, env, actions):
+        kept.append([result.weights.numpy().copy(), result.actions.numpy().copy()])
 
-    wrap(mp, VectorPortfolioEnv, "observe", after=keep)
+    wrap(mp, VectorPortfolioEnv, "apply", after=keep)
 
 
 @injection

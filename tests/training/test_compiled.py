@@ -16,7 +16,7 @@ from config import DDPGConfig, ModelConfig, override, preset
 from models.learner import Learner
 from models.replay import ReplayBatch
 from tests.run_checks import state_digest
-from tests.synthetic import random_simplex
+from tests.synthetic import replay_batch
 from training.compiled import Compilation
 from training.runs import resume_run, start_run
 
@@ -52,18 +52,7 @@ def _learner(dtype: torch.dtype) -> Learner:
 
 
 def _batch(dtype: torch.dtype, seed: int) -> ReplayBatch:
-    g = torch.Generator().manual_seed(seed)
-    return ReplayBatch(
-        windows=torch.randn(P, B, N, WINDOW, generator=g, dtype=dtype),
-        weights=random_simplex(P, B, N + 1, generator=g).to(dtype),
-        actions=random_simplex(P, B, N + 1, generator=g).to(dtype),
-        rewards=torch.randn(P, B, generator=g, dtype=dtype) * 0.1,
-        next_windows=torch.randn(P, B, N, WINDOW, generator=g, dtype=dtype),
-        next_weights=random_simplex(P, B, N + 1, generator=g).to(dtype),
-        terminated=torch.zeros(P, B, dtype=dtype),
-        truncated=torch.zeros(P, B, dtype=dtype),
-        next_relatives=torch.cat([torch.ones(P, B, 1), 1 + 0.02 * torch.randn(P, B, N, generator=g)], -1).to(dtype),
-    )
+    return replay_batch(P, B, N, WINDOW, seed=seed, dtype=dtype)
 
 
 @pytest.mark.parametrize(

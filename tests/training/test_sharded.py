@@ -343,7 +343,7 @@ def test_an_agents_replay_batches_do_not_depend_on_the_split():
     whole = ring(None).sample(torch.Generator().manual_seed(1))
     part = ring(range(4, 6)).sample(torch.Generator().manual_seed(1))
     assert torch.equal(part.rewards, whole.rewards[4:6])
-    assert torch.equal(part.windows, whole.windows[4:6])
+    assert torch.equal(part.obs.windows, whole.obs.windows[4:6])
 
 
 def test_each_block_fetches_exactly_the_donors_it_lacks():

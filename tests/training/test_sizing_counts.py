@@ -6,14 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from config import Config, override, preset
 from environment.observation import WindowGatherer
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
-from tests.synthetic import make_market, make_population, random_simplex
+from tests.synthetic import make_market, make_population, replay_batch
 from training import sizing
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
@@ -77,20 +76,7 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
 
 
 def _batch(seed: int = 0) -> ReplayBatch:
-    g = torch.Generator().manual_seed(seed)
-    return ReplayBatch(
-        windows=torch.randn(POPSIZE, BATCH, ASSETS, WINDOW, generator=g),
-        weights=random_simplex(POPSIZE, BATCH, ASSETS + 1, generator=g),
-        actions=random_simplex(POPSIZE, BATCH, ASSETS + 1, generator=g),
-        rewards=torch.randn(POPSIZE, BATCH, generator=g) * 0.1,
-        next_windows=torch.randn(POPSIZE, BATCH, ASSETS, WINDOW, generator=g),
-        next_weights=random_simplex(POPSIZE, BATCH, ASSETS + 1, generator=g),
-        next_relatives=torch.cat(
-            [torch.ones(POPSIZE, BATCH, 1), 1 + 0.02 * torch.randn(POPSIZE, BATCH, ASSETS, generator=g)], dim=-1
-        ),
-        terminated=torch.zeros(POPSIZE, BATCH),
-        truncated=torch.zeros(POPSIZE, BATCH),
-    )
+    return replay_batch(POPSIZE, BATCH, ASSETS, WINDOW, seed=seed)
 
 
 UPDATE_CASES = pytest.mark.parametrize(
