@@ -5,9 +5,12 @@
 #
 # 1. the gpu-marked tests;
 # 2. paper-preset generations (benchmarks/memory_soak.py, the real trainer), eager and with runtime.cuda_graphs, TF32
-#    (runtime.matmul_precision high) and float32, bf16 encoders off and on: seconds a generation and its phases;
-# 3. default-preset generations on the GPU, eager and graphed, and on this machine's CPU cores, in the same call;
-# 4. the DDPG update against the card's peaks (benchmarks/update_roofline.py), paper, eager and graphed;
+#    (runtime.matmul_precision high) and float32, bf16 encoders off and on, torch.compile on: seconds a generation
+#    and its phases;
+# 3. default-preset generations on the GPU, eager, graphed, and graphed and compiled, and on this machine's CPU
+#    cores, in the same call;
+# 4. the update against the card's peaks (benchmarks/update_roofline.py --check-profiler), paper, eager, graphed,
+#    and graphed and compiled, its kernels counted by the dispatcher and by the profiler;
 # 5. one backtest fold (default preset, 40 generations, graphed), timed;
 # 6. a smoke run on cuda resumed with --device cpu for one more generation (it must say it is not bit for bit);
 # 7. with GPU_SMOKE_SOAK_GENERATIONS > 0: a graphed paper soak of that many generations, judged by memory_soak.py;
@@ -163,59 +166,65 @@ timing() {
 COLUMNS="s / generation | rollout | validate | evolve | update | checkpoint (loop's wait) | checkpoint write | telemetry | env steps/s | CUDA reserved (max)"
 
 paper_timings() {
-    local matmul bf16 graphs
+    local matmul bf16 graphs compiled
     ROWS=""
-    for setting in "high false false" "high false true" "highest false true" "high true true"; do
-        read -r matmul bf16 graphs <<<"$setting"
-        timing "$matmul | $bf16 | $graphs" "paper-$matmul-bf16-$bf16-graphs-$graphs" --preset paper \
-            --set runtime.device=cuda --set "runtime.matmul_precision=$matmul" --set "model.bf16_encoder=$bf16" \
-            --set "runtime.cuda_graphs=$graphs"
+    for setting in "high false false false" "high false true false" "highest false true false" \
+        "high true true false" "high false true true"; do
+        read -r matmul bf16 graphs compiled <<<"$setting"
+        timing "$matmul | $bf16 | $graphs | $compiled" "paper-$matmul-bf16-$bf16-graphs-$graphs-compile-$compiled" \
+            --preset paper --set runtime.device=cuda --set "runtime.matmul_precision=$matmul" \
+            --set "model.bf16_encoder=$bf16" --set "runtime.cuda_graphs=$graphs" --set "runtime.torch_compile=$compiled"
     done
     [[ "$DRY_RUN" == 1 ]] && return 0
-    add "### A paper generation: CUDA graphs, TF32 and bf16 encoders"
+    add "### A paper generation: CUDA graphs, TF32, bf16 encoders and torch.compile"
     add ""
     add "\`python benchmarks/memory_soak.py --preset paper --generations $GENERATIONS --set runtime.matmul_precision=M"
-    add "--set model.bf16_encoder=B --set runtime.cuda_graphs=G\` on the bundled data; seconds, the median of"
-    add "generations 2 to $GENERATIONS."
+    add "--set model.bf16_encoder=B --set runtime.cuda_graphs=G --set runtime.torch_compile=C\` on the bundled data;"
+    add "seconds, the median of generations 2 to $GENERATIONS (a compiled run compiles in generation 1)."
     add ""
-    add "| matmul precision | bf16 encoder | CUDA graphs | $COLUMNS |"
-    add "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    add "| matmul precision | bf16 encoder | CUDA graphs | torch.compile | $COLUMNS |"
+    add "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     REPORT+="$ROWS"
     add ""
 }
 
 default_timings() {
     ROWS=""
-    timing "cuda | false" default-cuda-eager --set runtime.device=cuda --set runtime.cuda_graphs=false
-    timing "cuda | true" default-cuda-graphs --set runtime.device=cuda --set runtime.cuda_graphs=true
-    timing "cpu ($(nproc) cores) | n/a" default-cpu --set runtime.device=cpu
+    timing "cuda | false | false" default-cuda-eager --set runtime.device=cuda --set runtime.cuda_graphs=false
+    timing "cuda | true | false" default-cuda-graphs --set runtime.device=cuda --set runtime.cuda_graphs=true
+    timing "cuda | true | true" default-cuda-graphs-compiled --set runtime.device=cuda --set runtime.cuda_graphs=true \
+        --set runtime.torch_compile=true
+    timing "cpu ($(nproc) cores) | n/a | false" default-cpu --set runtime.device=cpu
     [[ "$DRY_RUN" == 1 ]] && return 0
     add "### A default generation: the GPU against this machine's CPU"
     add ""
-    add "\`python benchmarks/memory_soak.py --generations $GENERATIONS --set runtime.device=D --set runtime.cuda_graphs=G\`"
-    add "in one call; seconds, the median of generations 2 to $GENERATIONS."
+    add "\`python benchmarks/memory_soak.py --generations $GENERATIONS --set runtime.device=D --set runtime.cuda_graphs=G"
+    add "--set runtime.torch_compile=C\` in one call; seconds, the median of generations 2 to $GENERATIONS."
     add ""
-    add "| device | CUDA graphs | $COLUMNS |"
-    add "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    add "| device | CUDA graphs | torch.compile | $COLUMNS |"
+    add "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     REPORT+="$ROWS"
     add ""
 }
 
 roofline() {
-    local graphs log lines=""
-    for graphs in false true; do
-        log="$WORK/logs/roofline-graphs-$graphs.log"
-        if run "$log" "$PYTHON" benchmarks/update_roofline.py --preset paper --set runtime.device=cuda \
-            --set "runtime.cuda_graphs=$graphs"; then
+    local graphs compiled log lines=""
+    for setting in "false false" "true false" "true true"; do
+        read -r graphs compiled <<<"$setting"
+        log="$WORK/logs/roofline-graphs-$graphs-compile-$compiled.log"
+        if run "$log" "$PYTHON" benchmarks/update_roofline.py --preset paper --check-profiler \
+            --set runtime.device=cuda --set "runtime.cuda_graphs=$graphs" --set "runtime.torch_compile=$compiled"; then
             [[ "$DRY_RUN" == 1 ]] || lines+="$(cat "$log")"$'\n\n'
         else
-            fail "the update roofline with runtime.cuda_graphs=$graphs"
+            fail "the update roofline with runtime.cuda_graphs=$graphs runtime.torch_compile=$compiled"
         fi
     done
     [[ "$DRY_RUN" == 1 ]] && return 0
     add "### The paper update against the card"
     add ""
-    add "\`python benchmarks/update_roofline.py --preset paper --set runtime.device=cuda --set runtime.cuda_graphs=G\`:"
+    add "\`python benchmarks/update_roofline.py --preset paper --check-profiler --set runtime.device=cuda"
+    add "--set runtime.cuda_graphs=G --set runtime.torch_compile=C\` (compiled, the profiler's kernel count is the one"
+    add "that applies: the dispatcher does not see a compiled graph's fused kernels):"
     add ""
     add '```'
     REPORT+="$lines"

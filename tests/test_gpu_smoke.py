@@ -94,25 +94,43 @@ def test_the_timings_cover_graphs_tf32_and_bf16_on_the_gpu_and_the_default_on_th
     configs = soak_configs(commands, monkeypatch)
     paper = config.preset("paper").evolution.popsize
     seen = {
-        (c.runtime.matmul_precision, c.model.bf16_encoder, c.runtime.cuda_graphs)
+        (c.runtime.matmul_precision, c.model.bf16_encoder, c.runtime.cuda_graphs, c.runtime.torch_compile)
         for c in configs
         if c.evolution.popsize == paper
     }
-    assert seen == {("high", False, False), ("high", False, True), ("highest", False, True), ("high", True, True)}
+    assert seen == {
+        ("high", False, False, False),
+        ("high", False, True, False),
+        ("highest", False, True, False),
+        ("high", True, True, False),
+        ("high", False, True, True),
+    }
     assert all(c.runtime.device == "cuda" for c in configs if c.evolution.popsize == paper)
     default = config.preset("default")
     defaults = [
-        (c.runtime.device, c.runtime.cuda_graphs if c.runtime.device == "cuda" else "n/a")  # no graphs on a CPU
+        (c.runtime.device, c.runtime.cuda_graphs if c.runtime.device == "cuda" else "n/a", c.runtime.torch_compile)
         for c in configs
         if c.model == default.model
     ]
-    assert sorted(defaults) == [("cpu", "n/a"), ("cuda", False), ("cuda", True)]  # the same call, three ways
+    # the same call, four ways: no graphs on a CPU
+    assert sorted(defaults) == [
+        ("cpu", "n/a", False),
+        ("cuda", False, False),
+        ("cuda", True, False),
+        ("cuda", True, True),
+    ]
 
 
 def test_the_update_roofline_and_the_backtest_fold_run_graphed_on_cuda(commands):
     roofline = [argv for argv in commands if argv[0] == "benchmarks/update_roofline.py"]
-    assert [argv[argv.index("--preset") + 1] for argv in roofline] == ["paper", "paper"]
-    assert {argv[-1] for argv in roofline} == {"runtime.cuda_graphs=false", "runtime.cuda_graphs=true"}
+    assert [argv[argv.index("--preset") + 1] for argv in roofline] == ["paper"] * 3
+    assert all("--check-profiler" in argv for argv in roofline)
+    settings = {(argv[-3], argv[-1]) for argv in roofline}
+    assert settings == {
+        ("runtime.cuda_graphs=false", "runtime.torch_compile=false"),
+        ("runtime.cuda_graphs=true", "runtime.torch_compile=false"),
+        ("runtime.cuda_graphs=true", "runtime.torch_compile=true"),
+    }
     [backtest] = [argv for argv in commands if argv[:2] == ["main.py", "backtest"]]
     assert "--device" in backtest and backtest[backtest.index("--device") + 1] == "cuda"
     assert backtest[backtest.index("--generations") + 1] == "40" and "runtime.cuda_graphs=true" in backtest
@@ -149,7 +167,7 @@ def test_the_sharded_runs_differ_only_in_the_process_count_and_are_inspected(com
 def test_a_call_can_run_some_sections_and_an_unknown_one_is_refused_before_anything(tmp_path):
     some = script(cwd=tmp_path, GPU_SMOKE_DRY_RUN="1", GPU_SMOKE_SECTIONS="resume,paper", GPU_SMOKE_WORK=str(tmp_path))
     lines = [shlex.split(line)[1:] for line in some.stdout.splitlines()]
-    assert some.returncode == 0 and len(lines) == 6  # the resume's two runs, then four paper timings: as asked
+    assert some.returncode == 0 and len(lines) == 7  # the resume's two runs, then five paper timings: as asked
     assert all("cuda-then-cpu" in line for line in lines[:2])
     assert all(line[0] == "benchmarks/memory_soak.py" for line in lines[2:])
     bad = script(cwd=tmp_path, GPU_SMOKE_SECTIONS="paper bogus")
