@@ -105,11 +105,13 @@ class Learner:
         """The TD target's next-day value is read only at gamma > 0: else targets are neither run nor averaged."""
 
         def networks(kind: type[Actor] | type[Critic]) -> tuple[torch.nn.Module, torch.nn.Module]:
-            online, target = (kind(agents, window_size, model).to(device) for _ in range(2))
-            online.reset_parameters(generator, rows=rows)
-            with torch.no_grad():
-                for mine, theirs in zip(target.parameters(), online.parameters()):
-                    mine.copy_(theirs)
+            with torch.device(device):  # made where they live: the meta device (sizing) allocates nothing
+                online, target = kind(agents, window_size, model), kind(agents, window_size, model)
+            if torch.device(device).type != "meta":  # shapes only there: no values to draw
+                online.reset_parameters(generator, rows=rows)
+                with torch.no_grad():
+                    for mine, theirs in zip(target.parameters(), online.parameters()):
+                        mine.copy_(theirs)
             return online, target.requires_grad_(False)
 
         self.actor, self.actor_target = networks(Actor)

@@ -174,7 +174,7 @@ def test_tensorboard_logs_every_generation_and_a_resume_continues_it(tmp_path):
     events = EventAccumulator(str(tmp_path / "r" / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"fitness/best", "fitness/spread", "validation/champion", "loss/critic", "memory/rss_bytes"} <= tags
+    assert {"fitness/best", "fitness/spread", "validation/champion", "loss/actor", "memory/rss_bytes"} <= tags
     assert {"speed/env_steps_per_s", "time/update_s"} <= tags
     rows = list(jsonl.read_rows(tmp_path / "r" / "metrics.jsonl"))
     logged = events.Scalars("validation/champion")

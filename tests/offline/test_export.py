@@ -16,7 +16,7 @@ import main
 from config import Config
 from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market, raw_features
-from environment.observation import WindowGatherer
+from environment.observation import Observation, WindowGatherer
 from models.networks import Actor
 from offline import export
 from persistence import checkpoint
@@ -134,7 +134,7 @@ def test_readme_code_reproduces_the_actor(exported, trained):
 
     actor = project_champion(gen, config, windows.shape[-1])
     with torch.no_grad():
-        expected = actor(windows.unsqueeze(0), weights.unsqueeze(0))[0]  # (M, N + 1)
+        expected = actor(Observation(windows.unsqueeze(0), weights.unsqueeze(0)))[0]  # (M, N + 1)
         got = namespace["target_weights"](params, windows, weights)
         one = namespace["target_weights"](params, windows[1], weights[1])  # no batch dimension
     assert got.shape == expected.shape

@@ -79,7 +79,7 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
         original = learner.update
 
         def update(batch, **kwargs):
-            seen[name].append((batch.windows.clone(), batch.next_windows.clone()))  # as the learner receives it
+            seen[name].append((batch.obs.windows.clone(), batch.next_obs.windows.clone()))  # as the learner receives it
             return original(batch, **kwargs)
 
         return update
