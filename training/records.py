@@ -238,6 +238,11 @@ def selection_verdict(row: dict[str, Any], *, validation_days: int | None) -> st
                 "(selection.min_edge); more validation days would not prove it worth crowning"
             )
         return f"no agent proven: no agent beats equal weight on validation (best edge {best:+.1f}%/y)"
+    if t > needed:
+        return (
+            f"no agent proven yet: the closest has edge {edge * 100:+.1f}%/y, t {t:.2f}{over}, above the {needed:.2f} "
+            "the run's last look needs"
+        )
     have = "" if validation_days is None else f"; the run validates on {validation_days:,}"
     return (
         f"no agent proven: the closest has edge {edge * 100:+.1f}%/y, t {t:.2f}{over} where {needed:.2f} is needed; "

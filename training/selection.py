@@ -24,23 +24,25 @@ generation g is the smallest one that keeps the share of crossed resamples at or
 If generation g's candidates are clones of earlier ones, the resamples where they look good crossed already and the
 critical value barely moves; the test pays only for new evidence.
 
-**Where the budget goes (``method="final"``, the default).** The agents learn as the run goes on, so the ones worth
-proving are the last generation's; and a generation's candidates are not clones of the one twenty generations
-before, so every look in between costs budget that the last one then lacks (measured on recorded runs,
-``benchmarks/selection_study.py``: the critical t of generation 40 was about 2.2 when every look spent alike, 1.7
-when the last look held most of the budget, against 1.645 for one candidate named in advance). The looks before the
-run's last generation may therefore spend only ``early_share * alpha * g / (g + h)`` (``h``:
+**Keeping the budget for the run's end (``method="final"``).** The agents learn as the run goes on, so the ones
+worth proving are the last generation's; and a generation's candidates are not clones of the one twenty generations
+before, so every look in between costs budget that the last one then lacks: on recorded runs
+(``benchmarks/selection_study.py``) the critical t of generation 40 was about 2.2 when every look spent alike, 1.7
+when the last look held most of the budget, against 1.645 for one candidate named in advance. With ``early_share``
+the looks before the run's last generation may spend only ``early_share * alpha * g / (g + h)`` (``h``:
 ``selection.half_spent_at``), enough to crown a strong edge early, and the look of the last generation
-(``runtime.generations``, the run's planned end) may spend the rest of ``alpha``. The run's plan is part of the
+(``runtime.generations``, the run's planned end) may spend the rest of ``alpha``. The run's plan is then part of the
 test: a run resumed after a stop keeps its plan and decides as one never stopped, but a run extended after its last
 look finds the budget spent, and its later generations can replace the champion only on evidence beyond every
-resample left. ``method="bootstrap"`` spends ``alpha * g / (g + h)`` at every look alike (the earlier gate; no look
-is special, so a run may be extended without touching the guarantee).
+resample left; so an extended run does not decide as one planned longer from the start. That, and a gain in crowns
+that the recorded runs measure as small (RESULTS.md), is why ``method="bootstrap"``, which spends
+``alpha * g / (g + h)`` at every look alike, stays the default.
 
 **An edge worth having (``selection.min_edge``).** A near-copy of equal weight with a tiny tilt can have a large t
 (its excess barely varies) and an edge of a tenth of a percent a year: real, and worth nothing. With a margin m the
 null hypothesis is that no candidate's expected edge exceeds m: a candidate's statistic is the t of its excess less
-m, so such near-copies fall far below the others, out of the maximum (the SPA recentring), and cost no budget.
+m, so such near-copies fall far below the others, out of the maximum (the SPA recentring), and cost next to no
+budget. The margin is the user's judgement of what an edge must earn to be worth trading (net of costs, a year).
 
 **The guarantee.** The candidates are made without looking at the validation days (evolution selects on
 training fitness only), so under the null hypothesis that no candidate of the run has an expected daily excess over

@@ -118,5 +118,10 @@ def test_the_verdict_for_inspect_and_evaluate():
     assert selection_verdict(stored, validation_days=504) == (
         "no agent proven: no agent trades differently from equal weight"
     )
+    passing = {**PROOF, "closest_t": 1.9, "days_to_prove": 409}  # selection.method=final before its last look
+    assert selection_verdict(passing, validation_days=504) == (
+        "no agent proven yet: the closest has edge +8.2%/y, t 1.90 over the +1.0%/y margin, above the 1.71 the run's "
+        "last look needs"
+    )
     assert selection_verdict(ROW, validation_days=504) is None  # a row of an earlier version
     assert selection_verdict({**PROOF, "days_to_prove": "many"}, validation_days=504) is None  # a damaged one
