@@ -219,7 +219,7 @@ class SelectionConfig:
     """Generation by which the bootstrap gate's looks may have spent half their budget (budget * g / (g + this))."""
     early_share: float = 0.2
     """With method final: the share of alpha the looks before the run's last generation may spend; the last the rest."""
-    min_edge: float = 0.01
+    min_edge: float = 0.005
     """Edge over equal weight (log return a year, net of costs) an agent must be proven above to be crowned."""
 
     def __post_init__(self) -> None:

@@ -167,13 +167,14 @@ def replay(
 
 DESIGNS = (
     Design("before: every look, no margin"),
-    Design("every look, margin 1% (default)", margin=0.01),
-    Design("every look, margin 0.5%", margin=0.005),
+    Design("every look, margin 0.5% (default)", margin=0.005),
+    Design("every look, margin 1%", margin=0.01),
     Design("every look, margin 2%", margin=0.02),
     Design("every look, margin its own costs", cost_margin=1.0),
     Design("every look, g/(g+40), margin 1%", half=40, margin=0.01),
     Design("every 5th look, margin 1%", every=5, margin=0.01),
-    Design("final, margin 1% (method=final)", spend="split", first=0.2, margin=0.01),
+    Design("final, margin 0.5% (method=final)", spend="split", first=0.2, margin=0.005),
+    Design("final, margin 1%", spend="split", first=0.2, margin=0.01),
     Design("final, no margin", spend="split", first=0.2),
     Design("last look only, all agents", spend="final"),
     Design("last look only, fitness-best", spend="final", candidates="fitness"),
