@@ -24,7 +24,7 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 ActorObjective = Literal["model", "critic"]
 Algorithm = Literal["ddpg", "td3"]
 ChooseBy = Literal["return", "bound"]
-SelectionMethod = Literal["bootstrap", "bonferroni"]
+SelectionMethod = Literal["bootstrap", "final", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
 
 
@@ -229,19 +229,25 @@ class SelectionConfig:
     choose_by: ChooseBy = "return"
     """Which of the agents with a proven edge is crowned: the highest validation return, or the highest bound."""
     method: SelectionMethod = "bootstrap"
-    """bootstrap: the max-t bootstrap of a generation's candidates, looks spent as a group; bonferroni: one by one."""
+    """bootstrap: max-t bootstrap, looks spent as a group; final: most alpha for the planned last look; bonferroni."""
     bootstrap_draws: int = 2000
     """Resamples of the validation days the bootstrap gate uses for the whole run (alpha's resolution is 1/draws)."""
     block_days: float = 0.0
     """Mean block length of the stationary bootstrap in days; 0: chosen from the validation data (Politis-White)."""
     half_spent_at: int = 10
-    """Generation by which the bootstrap gate may have spent half of alpha (it spends alpha * g / (g + this))."""
+    """Generation by which the bootstrap gate's looks may have spent half their budget (budget * g / (g + this))."""
+    early_share: float = 0.2
+    """With method final: the share of alpha the looks before the run's last generation may spend; the last the rest."""
+    min_edge: float = 0.005
+    """Edge over equal weight (log return a year, net of costs) an agent must be proven above to be crowned."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.alpha < 1.0, "selection.alpha", "must be in (0, 1)")
         _require(self.bootstrap_draws >= 100, "selection.bootstrap_draws", "must be >= 100")
         _require(self.block_days == 0.0 or self.block_days >= 1.0, "selection.block_days", "must be 0 or >= 1")
         _require(self.half_spent_at >= 1, "selection.half_spent_at", "must be >= 1")
+        _require(0.0 <= self.early_share <= 1.0, "selection.early_share", "must be in [0, 1]")
+        _require(0.0 <= self.min_edge < 1.0, "selection.min_edge", "must be in [0, 1)")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity
 from offline.risk import drawdown_curve, equity_curve
 from persistence import checkpoint
 from persistence.gcs import open_storage
+from training.records import selection_verdict
 from utils import tensorboard as board_log
 from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
@@ -236,6 +237,16 @@ def diagnostics(champion: Champion, results: dict[str, RangeResult]) -> dict[str
     return diagnose(champion.history, excess, crowned=bool(champion.source.get("champion_generation")))
 
 
+def selection_reading(champion: Champion) -> str:
+    """What the run's selection gate concluded by the champion's generation (``training.records.selection_verdict``):
+    the champion's evidence, or how many validation days would prove the agent closest to proof."""
+    if champion.source["kind"] == "export":
+        return "selection: n/a (an export has no run history)"
+    rows = [row for row in champion.history or [] if isinstance(row, dict)]
+    verdict = selection_verdict(rows[-1], validation_days=champion.config.data.validation_days) if rows else None
+    return f"selection: {verdict or 'n/a (no metrics row of this version)'}"
+
+
 def report_document(champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]) -> dict[str, Any]:
     """Everything ``evaluation.json`` holds; ``overfitting`` is ``diagnostics``' answer."""
     env = champion.config.env
@@ -256,6 +267,7 @@ def report_document(champion: Champion, results: dict[str, RangeResult], overfit
             for name, result in results.items()
         },
         "diagnostics": overfitting,
+        "selection": selection_reading(champion).removeprefix("selection: "),
     }
 
 
@@ -412,7 +424,7 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
     else:
         log(
             f"{describe_champion(champion.source)}\n\n{tables}\n\n"
-            f"{overfitting['deflated_sharpe_reading']}\n{overfitting['pbo_reading']}\n\n"
+            f"{overfitting['deflated_sharpe_reading']}\n{overfitting['pbo_reading']}\n{selection_reading(champion)}\n\n"
             f"report: {folder} ({', '.join(written)}{', tensorboard/' if tensorboard else ''})"
         )
     return folder

@@ -44,6 +44,7 @@ from offline.plots import plot_history
 from persistence import checkpoint, remote
 from persistence.jsonl import finite_or_null
 from persistence.state_document import history_problem, state_problem
+from training.records import selection_verdict
 from utils.cli import parse_command
 from utils.errors import CheckpointError, InputError
 from utils.telemetry import format_bytes
@@ -366,6 +367,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
         "params_sha256": None if tensors is None else params_sha256(tensors),
         "champion_score": _number(champion_score),
         "champion_generation": champion_generation,
+        "selection": selection_verdict(last, validation_days=data.get("validation_days")) if last else None,
         "population": population,
         "data": {
             "path": None if config is None else data.get("path") or "bundled",
@@ -517,6 +519,7 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         champion = f"validation score {score:+.4f}, found in generation {found}"
     lines.append(_line("champion", champion))
+    lines.append(_line("selection", report["selection"] or "n/a (no metrics row of this version)"))
     population = report["population"]
     if population is None:
         lines.append(_line("population", "n/a (population file unreadable)"))

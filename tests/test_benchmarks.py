@@ -4,15 +4,19 @@ time, and its report has the promised shape. (Speeds are printed by the benchmar
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._pytree import tree_map
 
 from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_roofline
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
+from benchmarks.selection_designs import Design, Resampled, replay
 from config import override, preset
 from training.loop import Trainer
+from training.selection import SequentialGate, choose_champion, edge_bounds
 from training.setup import load_market
 
 
@@ -194,3 +198,46 @@ def test_the_cpu_profiler_counts_the_kernels_the_dispatch_mode_counts_on_an_upda
     check = update_roofline.profiler_check(trainer.updates.step, torch.device("cpu"))
     assert check["dispatched"] > 100
     assert check["ratio"] == pytest.approx(1.0, abs=0.02), check
+
+
+@pytest.mark.parametrize("early_share", [None, 0.2])
+def test_the_selection_study_replays_the_trainers_gate(early_share):
+    """``benchmarks/selection_study.py`` judges designs offline from bootstrap counts instead of gathered resamples:
+    on the same excess returns and resamples its replay gives the trainer's critical values look by look and crowns
+    the agent the trainer's rule (``choose_champion`` by return, above the margin) crowns."""
+    generations, popsize, days, margin = 8, 5, 150, 0.01
+    g = torch.Generator().manual_seed(0)
+    drift = 0.003 * torch.arange(1, generations + 1, dtype=torch.float64)[:, None, None] / generations
+    excess = drift + 0.01 * torch.randn(generations, popsize, days, generator=g, dtype=torch.float64)  # (G, P, D)
+    gate = SequentialGate(
+        days,
+        alpha=0.05,
+        draws=400,
+        mean_block=1.0,
+        half_spent_at=10,
+        generator=torch.Generator().manual_seed(1),
+        early_share=early_share,
+    )
+    counts = torch.zeros(400, days, dtype=torch.int32).scatter_add_(
+        1, gate.resamples, torch.ones_like(gate.resamples, dtype=torch.int32)
+    )
+    design = Design("trainer", margin=margin) if early_share is None else Design("final", spend="split", first=0.2)
+    design = replace(design, margin=margin)
+    zeros = np.zeros((generations, popsize))
+    outcome = replay(design, Resampled(excess.numpy(), counts), fitness=zeros, blocks=zeros, costs=zeros)
+
+    criticals, champion, champion_total, crowned = [], None, 0.0, 0
+    for generation in range(generations):
+        look = gate.look(excess[generation], generation + 1, last=generation == generations - 1, margin=margin / 252)
+        criticals.append(look.critical)
+        baseline = torch.zeros(days, dtype=torch.float64)
+        bounds = edge_bounds(excess[generation], baseline, z=look.critical)
+        choice = choose_champion(bounds, 0.0, excess[generation].sum(1), champion_total, margin=margin)
+        if choice is not None:
+            champion, champion_total, crowned = (
+                (generation, choice),
+                float(excess[generation, choice].sum()),
+                generation + 1,
+            )
+    assert outcome.criticals == pytest.approx(criticals, rel=1e-9)
+    assert (outcome.crowned, outcome.generation) == (champion, crowned) and crowned > 0

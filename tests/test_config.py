@@ -74,6 +74,9 @@ def test_override_converts_strings_to_the_field_types():
         ("ddpg.observation_noise", "-0.5", "ddpg.observation_noise"),
         ("evolution.elites", "16", "evolution.elites"),
         ("data.start", "2020-13-01", "data.start"),
+        ("selection.method", "last", "one of bootstrap|final|bonferroni"),
+        ("selection.early_share", "1.5", "selection.early_share"),
+        ("selection.min_edge", "-0.01", "selection.min_edge"),
     ],
 )
 def test_bad_overrides_name_the_key(key, value, phrase):

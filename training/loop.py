@@ -40,7 +40,9 @@ from training.parts import build_parts
 from training.records import Scores, format_line, generation_row
 from training.selection import (
     EQUAL_WEIGHT,
+    TRADING_DAYS,
     Champion,
+    Look,
     ValidationReturns,
     choose_champion,
     edge_bounds,
@@ -161,29 +163,35 @@ class Trainer:
 
     def _validate(self, fitness_per_agent: torch.Tensor, generation: int) -> Scores:
         """Phase 2a: the agents, the champion and equal weight on the same validation days, brought to the host
-        with the fitness (the generation's one synchronisation), and the gate's critical t on them."""
+        with the fitness (the generation's one synchronisation), and the gate's critical t on them (the run's planned
+        last generation is its last look)."""
         daily = self._gather_validation(self.validation.run())  # (P + 2, D)
         # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
         returns = ValidationReturns(to_host(daily, torch.float64))
+        selection = self.config.selection
         if self.gate is None:
-            z = selection_z(self.config.evolution.popsize, generation, self.config.selection.alpha)
+            z = selection_z(self.config.evolution.popsize, generation, selection.alpha)
+            look = Look(z, z)
         else:
-            z = self.gate.look(returns.excess, generation)
+            last = generation >= self.config.runtime.generations
+            look = self.gate.look(returns.excess, generation, last=last, margin=selection.min_edge / TRADING_DAYS)
         candidates, baseline = returns.candidates, returns.equal_weight
         scores = Scores(
             fitness=to_host(fitness_per_agent),
             returns=returns,
-            z=z,
+            z=look.critical,
+            last_z=look.last_critical,
+            min_edge=selection.min_edge,
             edges=edges(candidates, baseline),
-            bounds=edge_bounds(candidates, baseline, z=z),
+            bounds=edge_bounds(candidates, baseline, z=look.critical),
         )
         self.timer.mark("validate_s")
         return scores
 
     def _crown(self, scores: Scores, generation: int) -> int:
-        """Phase 2b: the best agent with a proven edge becomes the champion if it beats the current one on the same
-        days; returns the champion's row in this generation's validation returns (the agent crowned, or the
-        champion's own)."""
+        """Phase 2b: the best agent with a proven edge (above ``selection.min_edge``) becomes the champion if it beats
+        the current one on the same days; returns the champion's row in this generation's validation returns (the
+        agent crowned, or the champion's own)."""
         popsize = self.config.evolution.popsize
         totals = scores.returns.totals  # (P + 2,)
         choice = choose_champion(
@@ -192,6 +200,7 @@ class Trainer:
             totals[:popsize],
             float(totals[popsize]),
             by=self.config.selection.choose_by,
+            margin=scores.min_edge,
         )
         crowned = self.sharding.crown(self.population, choice)  # the leader's choice, on every process
         slot = popsize if crowned is None else crowned  # the champion's slot, crowned now or before

@@ -99,9 +99,10 @@ def runs_folder(config: Config) -> Path:
 
 def make_gate(config: Config, market: Market) -> SequentialGate | None:
     """The run's selection gate (``training.selection``); None with ``selection.method=bonferroni``. Its resamples
-    come from a stream of their own, drawn once from the seed: every look and every resume sees the same ones."""
+    come from a stream of their own, drawn once from the seed: every look and every resume sees the same ones. With
+    ``method=final`` the looks before the run's last spend ``selection.early_share`` of alpha, the last the rest."""
     selection = config.selection
-    if selection.method != "bootstrap":
+    if selection.method == "bonferroni":
         return None
     validation = market.splits.validation
     relatives = to_host(market.relatives[validation.start : validation.stop])  # (D, N)
@@ -113,4 +114,5 @@ def make_gate(config: Config, market: Market) -> SequentialGate | None:
         mean_block=mean_block,
         half_spent_at=selection.half_spent_at,
         generator=gate_generator(config.runtime.seed),
+        early_share=selection.early_share if selection.method == "final" else None,
     )

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from training.selection import Champion, ValidationReturns, t_statistics
+from training.selection import TRADING_DAYS, Champion, ValidationReturns, days_to_prove, t_statistics
 from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
 
 MEASURED_KEYS = frozenset(
@@ -76,6 +76,10 @@ class Scores(NamedTuple):
     """Daily validation log returns of the agents, the champion and equal weight."""
     z: float
     """The critical t the bounds were measured with (``training.selection``)."""
+    last_z: float
+    """The critical t the run's last look would set on these agents (``training.selection.Look``)."""
+    min_edge: float
+    """The annual edge an agent must be proven above (``selection.min_edge``)."""
     edges: torch.Tensor
     """(P + 1,) annualised edges over equal weight of the agents and the champion (``training.selection.edges``)."""
     bounds: torch.Tensor
@@ -105,6 +109,7 @@ def generation_row(
     validation = totals[:popsize]
     best = int(scores.edges[:popsize].argmax())  # the agent with the highest validation return
     excess = scores.returns.excess
+    closest = closest_to_proof(excess, scores)
     row: dict[str, Any] = {
         "generation": generation,
         "best_fitness": float(scores.fitness.max()),
@@ -117,6 +122,9 @@ def generation_row(
         "best_edge_needed": float(scores.edges[best] - scores.bounds[best]),  # the edge that would prove it
         "best_bound": float(scores.bounds[:popsize].max()),
         "selection_z": scores.z,
+        "selection_last_z": scores.last_z,
+        "selection_min_edge": scores.min_edge,
+        **closest,
         # Every candidate's evidence, for the overfitting diagnostics of evaluate and backtest
         # (offline.overfitting): daily excess Sharpe, and mean excess in 16 blocks of the validation days.
         "validation_sharpe": [float(x) for x in t_statistics(excess) / math.sqrt(excess.shape[1])],
@@ -142,6 +150,23 @@ def generation_row(
     return row
 
 
+def closest_to_proof(excess: torch.Tensor, scores: Scores) -> dict[str, Any]:
+    """The agent closest to proof (the highest t of its daily excess less the margin) and what would prove it: its
+    edge, that t, and the validation days at which its t would reach the last look's critical value at its current
+    edge and spread (None when its edge is not above the margin: more days would not make it worth crowning)."""
+    margin = scores.min_edge / TRADING_DAYS
+    spread = excess.std(dim=-1, correction=1)  # (P,)
+    t = torch.where(spread > 0, t_statistics(excess - margin), torch.full_like(spread, -math.inf))
+    agent = int(t.argmax())
+    mean = float(excess[agent].mean())
+    return {
+        "closest_agent": agent,
+        "closest_edge": mean * TRADING_DAYS,
+        "closest_t": float(t[agent]) if math.isfinite(float(t[agent])) else None,
+        "days_to_prove": days_to_prove(mean, float(spread[agent]), critical=scores.last_z, margin=margin),
+    }
+
+
 def format_line(row: dict[str, Any], *, generations: int, buffer_capacity: int) -> str:
     """The console line of a metrics row."""
     return (
@@ -157,11 +182,77 @@ def format_line(row: dict[str, Any], *, generations: int, buffer_capacity: int) 
 
 def _champion_label(row: dict[str, Any]) -> str:
     if not row["champion_generation"]:
-        return (
-            f"(equal weight; best agent's edge {row['best_edge'] * 100:+.1f}%/y, "
-            f"proven above {row['best_edge_needed'] * 100:+.1f}%/y)"
-        )
+        return f"(equal weight; {proof_text(row)})"
     return (
         f"(gen {row['champion_generation']}; edge {row['champion_edge'] * 100:+.1f}%/y, "
         f"bound {row['champion_bound'] * 100:+.1f}%/y)"
     )
+
+
+def proof_text(row: dict[str, Any]) -> str:
+    """How far the agent closest to proof is from being proven, from a metrics row (the console's short form): its
+    edge, its t against the t the run's last look needs, and the validation days that would prove it at its edge and
+    spread; or why no number of days would."""
+    edge, t, days = row["closest_edge"], row["closest_t"], row["days_to_prove"]
+    needed, margin = row["selection_last_z"], row["selection_min_edge"]
+    if t is None or not math.isfinite(needed):
+        return "no agent trades differently from it"
+    if days is None:
+        best = row["best_edge"] * 100
+        if margin > 0:
+            return f"best edge {best:+.1f}%/y, below the {margin * 100:+.1f}%/y worth its costs"
+        return f"no agent beats it: best edge {best:+.1f}%/y"
+    closest = f"closest edge {edge * 100:+.1f}%/y at t {t:.2f}, {needed:.2f} needed"
+    return f"{closest} at the last look" if t > needed else f"{closest}: proven in ~{days:,} validation days"
+
+
+def selection_verdict(row: dict[str, Any], *, validation_days: int | None) -> str | None:
+    """What the selection gate concluded by a metrics row's generation, in one sentence for ``inspect`` and
+    ``evaluate``: the champion crowned and its evidence, or how far the agent closest to proof is from being proven
+    and whether more validation days would prove it (``validation_days``: the run's, for comparison). None for a row
+    of an earlier version, which lacks the figures, or one whose figures are not numbers (a damaged document)."""
+    numbers = ("selection_min_edge", "closest_edge", "best_edge", "champion_edge", "champion_bound")
+    nullable = ("selection_z", "selection_last_z", "closest_t", "days_to_prove")  # a stored infinity is null
+    generation = row.get("champion_generation")
+    if not all(_is_number(row.get(key)) for key in numbers) or not isinstance(generation, int) or generation is True:
+        return None
+    if not all(row.get(key) is None or _is_number(row.get(key)) for key in nullable):
+        return None
+    row = {**row, **{key: math.inf for key in ("selection_z", "selection_last_z") if row[key] is None}}
+    if not isinstance(validation_days, int) or isinstance(validation_days, bool):
+        validation_days = None
+    margin = row["selection_min_edge"]
+    over = f" over the {margin * 100:+.1f}%/y margin" if margin > 0 else ""
+    if row["champion_generation"]:
+        edge, bound = row["champion_edge"] * 100, row["champion_bound"] * 100
+        return (
+            f"the champion was proven in generation {row['champion_generation']}; on this generation's days its edge "
+            f"is {edge:+.1f}%/y, its bound {bound:+.1f}%/y at critical t {row['selection_z']:.2f} (margin "
+            f"{margin * 100:+.1f}%/y)"
+        )
+    edge, t, days, needed = row["closest_edge"], row["closest_t"], row["days_to_prove"], row["selection_last_z"]
+    if t is None or not math.isfinite(needed):
+        return "no agent proven: no agent trades differently from equal weight"
+    if days is None:
+        best = row["best_edge"] * 100
+        if margin > 0:
+            return (
+                f"no agent proven: the best edge, {best:+.1f}%/y, is below the {margin * 100:+.1f}%/y worth its costs "
+                "(selection.min_edge); more validation days would not prove it worth crowning"
+            )
+        return f"no agent proven: no agent beats equal weight on validation (best edge {best:+.1f}%/y)"
+    if t > needed:
+        return (
+            f"no agent proven yet: the closest has edge {edge * 100:+.1f}%/y, t {t:.2f}{over}, above the {needed:.2f} "
+            "the run's last look needs"
+        )
+    have = "" if validation_days is None else f"; the run validates on {validation_days:,}"
+    return (
+        f"no agent proven: the closest has edge {edge * 100:+.1f}%/y, t {t:.2f}{over} where {needed:.2f} is needed; "
+        f"about {days:,} validation days ({days / TRADING_DAYS:.1f} years) at this edge and spread would prove it"
+        f"{have}"
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -127,7 +127,7 @@ def validate_range(
     for days in blocks:
         features = block_features(acting, env, windows, days)
         for day in range(days):
-            logits = acting.decide(on_day(features, day), env.weights[:rows])  # (P + 1, 1, N + 1)
+            logits = acting.decide(on_day(features, day), env.weights[:rows])  # (P + 1, E, N + 1)
             torch.softmax(logits, dim=-1, out=actions[:rows])
             env.apply(actions)
 
@@ -258,31 +258,47 @@ class Validation:
     validation), so each day is one forward of all of them; equal weight's action is fixed.
     """
 
-    def __init__(self, config: Config, market: Market, population: Population, *, sharding: Sharding, graphs: bool):
+    def __init__(
+        self,
+        config: Config,
+        market: Market,
+        population: Population,
+        *,
+        sharding: Sharding,
+        graphs: bool,
+        starts: list[int] | None = None,
+        days: int | None = None,
+    ):
+        """``starts``/``days``: episodes of ``days`` days from each close in ``starts`` instead of the validation range
+        (the same policies scored on other days, as ``benchmarks/selection_study.py`` does)."""
         self.population = population
         validation = market.splits.validation
         agents = len(sharding.slots)
-        self.starts = torch.tensor([validation.start - 1], device=market.device)  # (1,) decides at the close before
+        starts = [validation.start - 1] if starts is None else starts  # decides at the close before its first day
+        days = len(validation) if days is None else days
+        self.starts = torch.tensor(starts, device=market.device)  # (E,)
         self.env = VectorPortfolioEnv(
             market,
             num_agents=agents + 2,
-            num_episodes=1,
-            episode_days=len(validation),
+            num_episodes=len(starts),
+            episode_days=days,
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
         )
         window_size = config.env.lookback * market.num_features
         self.acting = Actor(agents + 1, window_size, config.model).to(market.device).requires_grad_(False)
-        self.actions = torch.zeros(agents + 2, 1, market.num_assets + 1, device=market.device)  # (P + 2, 1, N + 1)
+        n1 = market.num_assets + 1
+        self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
         self.actions[-1, :, 1:].fill_(1.0 / market.num_assets)  # equal weight: 1/N in every asset, nothing in cash
-        per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=1, assets=market.num_assets)
-        self.blocks = block_lengths(len(validation), bytes_per_day=per_day)
-        windows = self.env.gatherer.empty(1, max(self.blocks), device=market.device)
+        per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
+        self.blocks = block_lengths(days, bytes_per_day=per_day)
+        windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)
         work = functools.partial(validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks)
         self.step = GraphedStep(functools.partial(self._days, work), device=market.device, enabled=graphs)
 
     def run(self) -> torch.Tensor:
-        """(P + 2, D) daily log returns of the agents held here, the champion and equal weight, on the device."""
+        """(P + 2, E * D) daily log returns of the agents held here, the champion and equal weight, on the device
+        (one episode, the validation range, unless built with other ``starts``)."""
         self.env.reset(self.starts)
         self.step()
         return self.env.rewards_per_episode.flatten(1)

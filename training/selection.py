@@ -20,24 +20,48 @@ Politis-White rule, ``block_length``), so a dependence between days is kept too.
 Every generation looks again at the same days, so the looks are handled as a group-sequential test: one set of
 bootstrap resamples serves the whole run (the same day indices every generation), a resample "crosses" once
 the largest bootstrap t of some generation passed that generation's critical value, and the critical value of
-generation g is the smallest one that keeps the share of crossed resamples at or below ``spent(g) = alpha * g /
-(g + h)`` (``h``: ``selection.half_spent_at``). ``spent(g) < alpha`` for every g, so a run may be extended on
-resume without touching the guarantee. If generation g's candidates are clones of earlier ones, the resamples
-where they look good crossed already and the critical value barely moves; the test pays only for new evidence.
+generation g is the smallest one that keeps the share of crossed resamples at or below the budget spent by then.
+If generation g's candidates are clones of earlier ones, the resamples where they look good crossed already and the
+critical value barely moves; the test pays only for new evidence.
+
+**Keeping the budget for the run's end (``method="final"``).** The agents learn as the run goes on, so the ones
+worth proving are the last generation's; and a generation's candidates are not clones of the one twenty generations
+before, so every look in between costs budget that the last one then lacks: on recorded runs
+(``benchmarks/selection_study.py``) the critical t of generation 40 was about 2.2 when every look spent alike, 1.7
+when the last look held most of the budget, against 1.645 for one candidate named in advance. With ``early_share``
+the looks before the run's last generation may spend only ``early_share * alpha * g / (g + h)`` (``h``:
+``selection.half_spent_at``), enough to crown a strong edge early, and the look of the last generation
+(``runtime.generations``, the run's planned end) may spend the rest of ``alpha``. The run's plan is then part of the
+test: a run resumed after a stop keeps its plan and decides as one never stopped, but a run extended after its last
+look finds the budget spent, and its later generations can replace the champion only on evidence beyond every
+resample left; so an extended run does not decide as one planned longer from the start. That, and a gain in crowns
+that the recorded runs measure as small (RESULTS.md), is why ``method="bootstrap"``, which spends
+``alpha * g / (g + h)`` at every look alike, stays the default.
+
+**An edge worth having (``selection.min_edge``).** A near-copy of equal weight with a tiny tilt can have a large t
+(its excess barely varies) and an edge of a tenth of a percent a year: real, and worth nothing. With a margin m the
+null hypothesis is that no candidate's expected edge exceeds m: a candidate's statistic is the t of its excess less
+m, so such near-copies fall far below the others, out of the maximum (the SPA recentring), and cost next to no
+budget. The margin is the user's judgement of what an edge must earn to be worth trading (net of costs, a year).
 
 **The guarantee.** The candidates are made without looking at the validation days (evolution selects on
-training fitness only), so under the null hypothesis that no candidate of the run has a positive expected
-daily excess over equal weight, the chance that the run ever crowns an agent is at most ``alpha`` up to the
+training fitness only), so under the null hypothesis that no candidate of the run has an expected daily excess over
+equal weight above the margin, the chance that the run ever crowns an agent is at most ``alpha`` up to the
 bootstrap's approximation error, whatever the number of generations and the correlation between candidates
-(family-wise, for every generation together). The false-positive rate is measured, not assumed: on independent
-and on cloned null candidates in ``tests/training/test_selection.py`` and ``benchmarks/selection_power.py``.
+(family-wise, for every look together, the run's planned last look included). The false-positive rate is
+measured, not assumed: on independent and on cloned null candidates in ``tests/training/test_selection.py``, on
+recorded random-walk runs in ``benchmarks/selection_study.py``.
 
 **The champion.** Equal weight has an edge of exactly 0 and is the champion until a candidate's t passes the
 critical value. ``edges`` gives each candidate's edge, its annualised mean excess; ``edge_bounds`` turns the critical
-value into the edge's lower confidence bound: positive exactly when the candidate passes. The edge a candidate must
-exceed to be proven is its edge less its bound. Among the proven candidates, ``selection.choose_by`` picks:
-``return`` (the default), the highest validation return, crowned if above the current champion's on the same days;
-or ``bound``, the highest bound, crowned if above the champion's.
+value into the edge's lower confidence bound: above the margin exactly when the candidate passes. Among the proven
+candidates, ``selection.choose_by`` picks: ``return`` (the default), the highest validation return, crowned if
+above the current champion's on the same days; or ``bound``, the highest bound, crowned if above the champion's.
+
+**What it would take.** While no agent is proven, ``days_to_prove`` says how many validation days the agent closest
+to proof (the highest t over the margin) would need at its current edge and spread for its t to reach the critical
+value of the run's last look: ``(critical * spread / (mean - margin))^2``. An agent whose edge is not above the
+margin has no such number: more days would not make it worth crowning.
 
 ``method="bonferroni"`` keeps the earlier test for comparison: ``z`` the normal quantile of ``1 - alpha / (P g
 (g + 1))``, which holds whatever the correlation but needs an annualised information ratio over equal weight of
@@ -192,6 +216,18 @@ def stationary_bootstrap(days: int, *, draws: int, mean_block: float, generator:
     return (starts.gather(1, last_restart) + step - last_restart) % days
 
 
+class Look(NamedTuple):
+    """What one look of the gate decided."""
+
+    critical: float
+    """This look's critical t: a candidate whose t over the margin is above it has a proven edge; ``inf`` when no
+    candidate differs from equal weight."""
+    last_critical: float
+    """The critical t the run's last look would set on these candidates with the budget left now: what an agent
+    must reach to be proven by the run's end (``critical`` itself at the last look, and at every look of a gate
+    that spends alike)."""
+
+
 class SequentialGate:
     """The bootstrap gate of the module docstring: one set of resamples for the run, and which have crossed.
 
@@ -200,8 +236,10 @@ class SequentialGate:
         alpha: the run's error budget.
         draws: bootstrap resamples B (the resolution of the spent budget is 1 / B).
         mean_block: the stationary bootstrap's mean block length, in days.
-        half_spent_at: the generation by which half of ``alpha`` may be spent.
+        half_spent_at: the generation by which half of the looks' budget may be spent.
         generator: draws the resamples once; a run's gate must see the same ones at every look and on resume.
+        early_share: the share of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
+            every look spends alike, ``alpha * g / (g + half_spent_at)`` (``method="bootstrap"``).
     """
 
     def __init__(
@@ -213,34 +251,44 @@ class SequentialGate:
         mean_block: float,
         half_spent_at: int,
         generator: torch.Generator,
+        early_share: float | None = None,
     ) -> None:
-        self.alpha, self.half_spent_at = alpha, half_spent_at
+        self.alpha, self.half_spent_at, self.early_share = alpha, half_spent_at, early_share
         self.mean_block = mean_block
         self.resamples = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=generator)  # (B, D)
         self.crossed = torch.zeros(draws, dtype=torch.bool)  # (B,)
         self._recentre_below = -math.sqrt(max(2.0 * math.log(max(math.log(days), 1e-12)), 0.0))
 
-    def look(self, excess: torch.Tensor, generation: int) -> float:
+    def spent(self, generation: int, *, last: bool) -> float:
+        """The budget the looks up to ``generation`` (1-based) may have spent; ``last``: it is the run's last look."""
+        if self.early_share is None:
+            return spent_alpha(generation, self.alpha, self.half_spent_at)
+        return self.alpha if last else self.early_share * spent_alpha(generation, self.alpha, self.half_spent_at)
+
+    def look(self, excess: torch.Tensor, generation: int, *, last: bool = False, margin: float = 0.0) -> Look:
         """The critical t of ``generation``'s candidates, and the crossed resamples updated with it.
 
         Args:
             excess: (S, D) daily excess log returns over equal weight of the generation's candidates (host).
             generation: 1-based; each generation looks once.
+            last: this is the run's last look (its planned end): with ``early_share`` it may spend all of ``alpha``.
+            margin: the daily edge the null hypothesis allows (``selection.min_edge / 252``): a candidate's t is
+                that of its excess less the margin.
 
         Returns:
-            The critical value: a candidate whose ``t_statistics`` is above it has a proven edge. ``inf`` when no
-            candidate differs from equal weight.
+            This look's critical value and the one the run's last look would set (``Look``): a candidate whose t
+            over the margin (``t_statistics(excess - margin)``) is above the critical value has a proven edge.
         """
         excess = excess.to(torch.float64)
         days = excess.shape[1]
         spread = excess.std(dim=-1, correction=1)  # (S,)
-        t = t_statistics(excess)
         valid = spread > 0
         if not bool(valid.any()):
-            return math.inf
-        excess, spread, t = excess[valid], spread[valid], t[valid]
-        # SPA's recentring: a candidate far below equal weight stays at its own mean, out of the maximum's way.
-        centre = torch.where(t < self._recentre_below, torch.zeros_like(t), excess.mean(dim=-1))
+            return Look(math.inf, math.inf)
+        excess, spread = excess[valid], spread[valid]
+        t = t_statistics(excess - margin)
+        # SPA's recentring: a candidate far below the margin stays at its own mean, out of the maximum's way.
+        centre = torch.where(t < self._recentre_below, torch.full_like(t, margin), excess.mean(dim=-1))
         maxima = torch.empty(len(self.resamples), dtype=torch.float64)  # (B,)
         chunk = max(1, _CHUNK_ELEMENTS // (len(excess) * days))
         for first in range(0, len(self.resamples), chunk):
@@ -249,13 +297,19 @@ class SequentialGate:
             drawn_spread = torch.where(drawn_spread > 0, drawn_spread, spread[:, None])
             statistic = math.sqrt(days) * (drawn.mean(dim=-1) - centre[:, None]) / drawn_spread  # (S, b)
             maxima[first : first + chunk] = statistic.max(dim=0).values
-        allowed = math.floor(spent_alpha(generation, self.alpha, self.half_spent_at) * len(self.resamples))
-        room = allowed - int(self.crossed.sum())  # resamples this look may still let cross
         open_maxima = maxima[~self.crossed].sort(descending=True).values
-        critical = float(open_maxima[min(max(room, 0), len(open_maxima) - 1)]) if len(open_maxima) else math.inf
-        critical = max(critical, 0.0)  # a positive mean is needed in any case
+        critical = self._critical(open_maxima, self.spent(generation, last=last))
+        last_critical = critical if last or self.early_share is None else self._critical(open_maxima, self.alpha)
         self.crossed |= maxima > critical
-        return critical
+        return Look(critical, last_critical)
+
+    def _critical(self, open_maxima: torch.Tensor, spent: float) -> float:
+        """The smallest critical value that lets at most ``spent * B`` resamples have crossed, given the open ones'
+        maxima (descending); at least 0, since a positive mean over the margin is needed in any case."""
+        room = math.floor(spent * len(self.resamples)) - int(self.crossed.sum())  # resamples this look may still cross
+        if not len(open_maxima):
+            return math.inf
+        return max(float(open_maxima[min(max(room, 0), len(open_maxima) - 1)]), 0.0)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {"crossed": self.crossed.to(torch.uint8)}
@@ -282,7 +336,8 @@ def edge_bounds(daily: torch.Tensor, baseline: torch.Tensor, *, z: float) -> tor
         z: the critical t (``SequentialGate.look``, or ``selection_z``).
 
     Returns:
-        (S,) bounds, positive exactly for a candidate whose t passes ``z``; 0 for one identical to the baseline.
+        (S,) bounds, above a margin exactly for a candidate whose t over the margin passes ``z``; 0 for one identical
+        to the baseline.
     """
     excess = daily - baseline  # (S, D)
     days = excess.shape[-1]
@@ -299,20 +354,32 @@ def choose_champion(
     champion_return: float,
     *,
     by: ChooseBy = "return",
+    margin: float = 0.0,
 ) -> int | None:
-    """The agent slot to crown, or None. Only an agent whose edge has a positive bound (a proven one) may be crowned;
-    among those, ``by="bound"`` takes the highest bound if above the champion's, ``by="return"`` the highest
-    validation return if above the champion's.
+    """The agent slot to crown, or None. Only an agent whose edge has a bound above ``margin`` (a proven one) may be
+    crowned; among those, ``by="bound"`` takes the highest bound if above the champion's, ``by="return"`` the
+    highest validation return if above the champion's.
 
     Args:
         agent_bounds: (P,) on the host, from ``edge_bounds``.
         champion_bound: the current champion's bound on the same days (0 for equal weight).
         agent_returns: (P,) validation log returns on the same days.
         champion_return: the current champion's.
+        margin: the annual edge an agent must be proven above (``selection.min_edge``).
     """
-    proven = agent_bounds > 0.0
+    proven = agent_bounds > margin
     if not bool(proven.any()):
         return None
     key, champion = (agent_bounds, champion_bound) if by == "bound" else (agent_returns, champion_return)
     best = int(torch.where(proven, key, -torch.inf).argmax())
     return best if float(key[best]) > champion else None
+
+
+def days_to_prove(mean: float, spread: float, *, critical: float, margin: float = 0.0) -> int | None:
+    """Validation days at which a candidate's t over the margin would reach ``critical`` if its daily excess kept
+    this ``mean`` and ``spread``: ``ceil((critical * spread / (mean - margin))^2)`` (its t grows as the square root of
+    the days). None when its mean is not above the margin (no number of days proves it worth crowning) or the
+    critical value is infinite (nothing can be proven)."""
+    if not mean > margin or not math.isfinite(critical):
+        return None
+    return max(1, math.ceil((critical * spread / (mean - margin)) ** 2))

@@ -96,15 +96,18 @@ def test_printed_table_and_json(report, capsys):
     printed = capsys.readouterr().out
     for word in ("holdout", "validation", "champion", "untrained (same seed)", "Sharpe", "max DD", "report: "):
         assert word in printed
-    # The two diagnostics, after the tables: figures, or n/a with the reason (a run that did not record them).
+    # The two diagnostics, after the tables: figures, or n/a with the reason (a run that did not record them); then
+    # what the selection gate concluded (the fixture crowns an agent in every generation).
     lines = printed.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("deflated Sharpe "))
-    assert lines[first + 1].startswith("PBO ") and lines[first + 3].startswith("report: ")
+    assert lines[first + 1].startswith("PBO ") and lines[first + 4].startswith("report: ")
+    assert lines[first + 2].startswith("selection: the champion was proven in generation 3; ")
     assert main.main(["evaluate", str(run), "--json", "--out", str(run / "again")]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["source"]["generation"] == 3
     assert document["diagnostics"]["deflated_sharpe_reading"] == lines[first]
     assert document["diagnostics"]["pbo_reading"] == lines[first + 1]
+    assert document["selection"] == lines[first + 2].removeprefix("selection: ")
 
 
 @pytest.mark.parametrize("rows", ["recorded", "older"])

@@ -389,3 +389,8 @@ def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path
     assert status == 0
     line = next(line for line in out.splitlines() if line.startswith("champion"))
     assert "equal weight (no agent's edge passed the selection test)" in line
+    # and how far the run is from proving one: the closest agent and the days that would prove it, or why none would
+    line = next(line for line in out.splitlines() if line.startswith("selection"))
+    assert "no agent proven: " in line and ("validation days" in line or "worth its costs" in line), line
+    status, out, _ = inspect(capsys, tmp_path / "ew", "--json")
+    assert json.loads(out)["selection"] == line.removeprefix("selection").strip()

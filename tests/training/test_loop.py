@@ -216,6 +216,34 @@ def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
     assert rows(straight)[-1]["champion_generation"] > 0  # the gate crowned an agent
 
 
+def test_a_run_stopped_before_its_last_look_resumes_as_one_never_stopped(tmp_path):
+    """``selection.method=final``: the run's planned end is its last look, which may spend what the earlier looks
+    kept. A run stopped after generation 3 of 6 and resumed decides exactly as one never stopped: the same critical
+    values, the last look's included, the same crowning and the same parameters."""
+    momentum_prices(seed=0).to_csv(tmp_path / "momentum.csv", index=False)
+    settings = {
+        "data.path": str(tmp_path / "momentum.csv"),
+        "data.validation_days": 252,
+        "data.holdout_days": 63,
+        "evolution.popsize": 8,
+        "ddpg.buffer_size": 50000,
+        "selection.method": "final",
+        "runtime.generations": 6,
+        "runtime.progress": False,
+        "checkpoint.uri": str(tmp_path / "runs"),
+    }
+    for name, until in (("straight", 6), ("stopped", 3)):
+        run = start_run(override(preset("default"), {**settings, "checkpoint.run_name": name}), log=lambda line: None)
+        run.trainer.run(until=until)
+        run.finish()
+    assert run_main("--checkpoint-uri", str(tmp_path / "runs"), "--run-name", "stopped", "--resume") == 0
+    straight, stopped = rows(tmp_path / "runs" / "straight"), rows(tmp_path / "runs" / "stopped")
+    assert [deterministic(r) for r in stopped] == [deterministic(r) for r in straight]
+    assert state_digest(tmp_path / "runs" / "stopped") == state_digest(tmp_path / "runs" / "straight")
+    # the last look spent what the others kept: its critical value is the one the earlier looks announced
+    assert straight[-1]["selection_z"] == straight[-1]["selection_last_z"] < straight[-2]["selection_z"]
+
+
 def test_a_stop_costs_one_vote_per_phase_however_many_updates(tmp_path):
     """With several processes each vote is a collective: the loop votes between phases (three a generation), never
     per DDPG update, so 2 or 24 updates cost the same."""
