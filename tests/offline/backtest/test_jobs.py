@@ -223,3 +223,15 @@ def test_torchrun_spreads_the_folds_over_its_processes_and_the_leader_reports(wi
     assert json.loads(done.stdout) == json.loads((one_at_a_time / "summary.json").read_text())  # the leader's alone
     for name in FOLDS:  # the leader says each fold's line, the other process's too, once
         assert done.stderr.count(f"{name}: champion Sharpe") == 1
+
+
+def test_the_benchmark_times_the_same_folds_one_at_a_time_and_at_once(capsys):
+    from benchmarks import backtest_jobs
+
+    argv = ["--preset", "smoke", "--folds", "1", "--seeds", "0,1", "--generations", "1", "--reference-threads", "0"]
+    figures = backtest_jobs.main([*argv, "--json"])
+    assert json.loads(capsys.readouterr().out) == figures
+    assert [(run["jobs"], run["identical"]) for run in figures["runs"]] == [(1, True), (2, True)]
+    one, two = figures["runs"]
+    assert two["speedup"] == pytest.approx(one["seconds"] / two["seconds"]) and one["speedup"] == 1
+    assert figures["folds"] == 2 and "reference" not in figures
