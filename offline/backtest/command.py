@@ -1,5 +1,6 @@
 """``python main.py backtest``'s command line: the flags, the backtest's folder opened (or continued, once it is
-checked to be the same plan on the same data), every fold run, and the report."""
+checked to be the same plan on the same data), every fold run (here one after another, in worker processes with
+``--jobs``, or over a torchrun job's processes), and the report."""
 
 from __future__ import annotations
 
