@@ -147,7 +147,8 @@ class Ranks:
         if not longest:
             return [b""] * self.world_size
         padded = torch.zeros(longest, dtype=torch.uint8)
-        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else padded[:0]
+        if data:
+            padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
         dist.all_gather(parts, padded)
         return [part[:size].numpy().tobytes() for part, size in zip(parts, sizes)]
