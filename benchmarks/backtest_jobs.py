@@ -8,6 +8,10 @@ Each backtest runs as a user runs it, ``python main.py backtest ... --jobs N --n
 from the command to its table (the process's end). It prints each time, its speed-up over the first, and whether its
 fold results, ``summary.json`` and ``summary.csv`` are the first's, byte for byte.
 
+First it measures what the machine gives two processes at once: a one-thread float32 matmul loop alone, then two of
+them side by side; ``capacity`` is twice the time alone over the time side by side (2.0 on two free cores, about 1.0
+where other work takes the second core). No ``--jobs 2`` can beat one fold at a time by more than it.
+
 ``--reference-threads T`` (by default this machine's cores, 0 for none) also times ``--jobs 1`` with T torch threads
 per fold: one fold at a time on every core, as backtests ran before ``--threads``. Its figures differ (a fold's
 figures depend on its threads), so it shows what fixing the threads costs one fold at a time, not a speed-up of the
@@ -63,6 +67,30 @@ def backtest(args: argparse.Namespace, root: Path, name: str, *, jobs: int, thre
     return seconds
 
 
+PROBE = """
+import time, torch
+torch.set_num_threads(1)
+a = torch.randn(256, 256)
+a @ a
+started = time.perf_counter()
+for _ in range(3000):
+    a @ a
+print(time.perf_counter() - started)
+"""
+
+
+def capacity() -> tuple[float, float]:
+    """Seconds of the matmul loop alone and side by side with a second one (the slower of the two)."""
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True)
+
+    alone = float(start().communicate()[0])
+    pair = [start(), start()]
+    together = max(float(process.communicate()[0]) for process in pair)
+    return alone, together
+
+
 def report_files(folder: Path) -> dict[str, bytes]:
     """Each fold's result file, the summary and its table's figures."""
     files = {f"folds/{p.name}": p.read_bytes() for p in sorted((folder / "folds").glob("*.json"))}
@@ -91,6 +119,14 @@ def main(argv: list[str] | None = None) -> dict:
             f"backtest: {args.preset} preset, {folds} folds (the last {args.folds} test years x seeds {args.seeds}), "
             f"{args.generations} generations, {args.threads} torch thread(s) per fold, {args.device}, "
             f"{os.cpu_count()} cores",
+            flush=True,
+        )
+    alone, together = capacity()
+    figures["capacity"] = {"alone_s": alone, "together_s": together, "ratio": 2 * alone / together}
+    if not args.json:
+        print(
+            f"two processes at once: a one-thread matmul loop takes {alone:.2f} s alone, {together:.2f} s beside "
+            f"another: capacity {2 * alone / together:.2f} of 2",
             flush=True,
         )
     with tempfile.TemporaryDirectory(prefix="backtest-jobs-") as scratch:

@@ -234,3 +234,5 @@ def test_the_benchmark_times_the_same_folds_one_at_a_time_and_at_once(capsys):
     one, two = figures["runs"]
     assert two["speedup"] == pytest.approx(one["seconds"] / two["seconds"]) and one["speedup"] == 1
     assert figures["folds"] == 2 and "reference" not in figures
+    probe = figures["capacity"]
+    assert probe["ratio"] == pytest.approx(2 * probe["alone_s"] / probe["together_s"]) and probe["alone_s"] > 0
