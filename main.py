@@ -6,7 +6,8 @@
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
-    python main.py backtest [--seeds 0,1,2] [--folds 4] [training flags]          walk-forward backtest
+    python main.py backtest [--seeds 0,1,2] [--folds 4] [--jobs N] [flags]        walk-forward backtest
+    torchrun --nproc_per_node=W main.py [backtest] [flags]                        over W processes (one per GPU)
 
 Bad input (flags, config, data, checkpoints) ends with a one-line error and exit status 2.
 """
@@ -24,7 +25,7 @@ import config as config_module
 from utils.errors import InputError
 
 EXIT_BAD_INPUT = 2
-SINGLE_PROCESS_COMMANDS = ("inspect", "evaluate", "export", "backtest")
+SINGLE_PROCESS_COMMANDS = ("inspect", "evaluate", "export")
 """Commands that never shard: under torchrun with several processes they are refused."""
 FINAL_UPLOAD_TIMEOUT_S = 600.0
 """Longest wait for the last uploads of a finished run; what did not arrive stays in the local copy."""

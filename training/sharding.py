@@ -134,6 +134,25 @@ class Ranks:
             dist.broadcast(buffer, src=0)
         return data if self.is_leader else buffer.numpy().tobytes()
 
+    def gather_bytes(self, data: bytes) -> list[bytes]:
+        """Every rank's ``data``, in rank order, on every rank. Bytes, never pickles: the lengths first, then the
+        bytes padded to the longest."""
+        if not self.distributed:
+            return [data]
+        length = torch.tensor([len(data)], dtype=torch.int64)
+        lengths = [torch.empty_like(length) for _ in range(self.world_size)]
+        dist.all_gather(lengths, length)
+        sizes = [int(size.item()) for size in lengths]
+        longest = max(sizes)
+        if not longest:
+            return [b""] * self.world_size
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        if data:
+            padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return [part[:size].numpy().tobytes() for part, size in zip(parts, sizes)]
+
     def from_leader(self, decide: Callable[[], dict]) -> dict:
         """``decide()`` on the leader, its JSON-able result on every rank.
 

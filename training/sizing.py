@@ -45,6 +45,9 @@ CUDA_RUNTIME_BYTES = GIB
 use (cuBLAS's alone several hundred MiB), cuBLAS's workspaces, and the caching allocator's rounding (2 MiB blocks,
 20 MiB segments) and fragmentation between phases of different shapes. The context itself (some 500 MiB) exists by
 the time of the check, created when the market was loaded, so the free figure already excludes it."""
+CUDA_CONTEXT_BYTES = GIB // 2
+"""The CUDA context of one process (some 500 MiB): not in the free figure a process sees before it creates its own, as
+when a backtest checks, before they start, the worker processes that will share a GPU."""
 NCCL_BYTES = GIB
 """NCCL's buffers in each of several processes on CUDA: a 4 MiB buffer (NCCL_BUFFSIZE) per channel, protocol and peer,
 for the rings of the all-gathers and broadcasts and the point-to-point connections of evolution's all-to-all; several

@@ -18,6 +18,12 @@ a backtest whose data no longer gives every fold that market is refused before a
 Fold results are read back only after every key the summary reads has been checked; a damaged one is recomputed from
 the fold's run when that run has a checkpoint, else refused with what to do.
 
+Folds are independent runs: ``--jobs N`` trains N at once, each in a worker process of its own
+(``offline.backtest.workers``), and under ``torchrun`` the folds are spread over the job's processes, the leader
+writing the report (``offline.backtest.spread``). Every fold runs with ``--threads`` torch threads whatever N
+(``offline.backtest.placement``: a fold's figures on the CPU depend on its threads), so the fold results, summary and
+table are those of one fold at a time, bit for bit; ``offline.backtest.progress`` shows every running fold.
+
 The summary: per fold and seed the champion's Sharpe against equal weight's, and over all of them the mean and
 spread of the Sharpe difference, the share of folds the champion won (and tied: an equal-weight champion ties),
 and the champion's turnover over equal weight's. Each fold also carries the overfitting diagnostics of its run's

@@ -1,18 +1,34 @@
 """``python main.py backtest``'s command line: the flags, the backtest's folder opened (or continued, once it is
-checked to be the same plan on the same data), every fold run, and the report."""
+checked to be the same plan on the same data), every fold run (here one after another, in worker processes with
+``--jobs``, or over a torchrun job's processes), and the report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from config import Config, add_run_flags, flag_settings, override
+from offline.backtest import spread
+from offline.backtest.placement import (
+    FOLD_THREADS,
+    check_jobs_fit,
+    crowding_note,
+    folds_of,
+    torch_threads,
+    visible_device,
+    worker_gpus,
+)
 from offline.backtest.plan import DEFAULT_FOLDS, Fold, plan_difference, plan_document, plan_folds
-from offline.backtest.report import OUTPUTS, fmt, summarise, table, write_outputs
+from offline.backtest.progress import FoldBoard
+from offline.backtest.report import OUTPUTS, summarise, table, write_outputs
 from offline.backtest.results import result_path, run_fold, stored_result
+from offline.backtest.workers import FoldCrashedError, FoldsStopped, WorkerPool
 from persistence import checkpoint
 from training.setup import resolve_device
 from utils.cli import ArgumentParser
@@ -20,12 +36,31 @@ from utils.errors import ConfigError, InputError
 from utils.paths import file_in_the_way
 
 
-def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> list[str]:
-    """Create ``folder`` with its plan, or check that an existing one was asked the same, on the same data, and
-    that its files can be used. Every check comes before anything is written.
+@dataclass
+class Opening:
+    """What ``check_backtest`` found in the backtest's folder, for the folds this process runs."""
 
-    Returns:
-        One line for each fold result that is damaged and will be recomputed from the fold's run.
+    folder: Path
+    plan: bytes | None
+    """plan.json to write: a new backtest (None: one being continued)."""
+    notes: list[str]
+    """One line for each fold result that is damaged and will be recomputed from the fold's run."""
+    finished: dict[str, dict[str, Any]]
+    """Results of the folds done, by fold name."""
+    pending: list[Fold]
+    """The folds to train (or to finish, or to score again), in plan order."""
+
+    def begin(self) -> None:
+        """Create the folder and its plan (a new backtest); a continued one has both."""
+        if self.plan is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            checkpoint.write_file_atomically(self.folder / "plan.json", self.plan)
+
+
+def check_backtest(folder: Path, config: Config, folds: list[Fold], mine: list[Fold] | None = None) -> Opening:
+    """Check that ``folder`` can hold this backtest: a new one, or one that was asked the same, on the same data,
+    and whose files can be used; read the results of the folds done among ``mine`` (by default all). Writes
+    nothing (``Opening.begin`` does).
 
     Raises:
         ConfigError: ``folder`` or a folder above it is a file; it holds something other than a backtest, or a
@@ -38,12 +73,32 @@ def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> list[str]:
         raise ConfigError(f"{place} is a file, not a folder; {fix}")
     plan = json.loads(json.dumps(plan_document(config, folds)))  # as it reads back: tuples become lists
     plan_path = folder / "plan.json"
-    if not plan_path.exists() and not plan_path.is_symlink():
+    new = not plan_path.exists() and not plan_path.is_symlink()
+    if new:
         if folder.is_dir() and any(folder.iterdir()):
             raise ConfigError(f"{folder} exists and is not a backtest; use another --name")
-        folder.mkdir(parents=True, exist_ok=True)
-        checkpoint.write_file_atomically(plan_path, (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode())
-        return []
+    else:
+        _check_continued(folder, plan)
+    opening = Opening(folder, None, [], {}, [])
+    if new:
+        opening.plan = (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode()
+    for fold in folds if mine is None else mine:
+        result, problem = stored_result(folder, fold)
+        if result is not None:
+            opening.finished[fold.name] = result
+        else:
+            opening.pending.append(fold)
+        if problem is not None:
+            opening.notes.append(
+                f"{result_path(folder, fold)} is not a valid fold result ({problem}); "
+                f"recomputing it from the fold's run {folder / fold.name}"
+            )
+    return opening
+
+
+def _check_continued(folder: Path, plan: dict[str, Any]) -> None:
+    """An existing backtest's plan.json must hold ``plan``, and nothing may stand where its files go."""
+    plan_path = folder / "plan.json"
     try:
         saved = json.loads(plan_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
@@ -64,15 +119,6 @@ def open_backtest(folder: Path, config: Config, folds: list[Fold]) -> list[str]:
             f"{in_the_way[0]} is {kind}, not the backtest's {in_the_way[0].name}; "
             "move it away and run the same command again (finished folds are kept)"
         )
-    notes = []
-    for fold in folds:
-        _, problem = stored_result(folder, fold)
-        if problem is not None:
-            notes.append(
-                f"{result_path(folder, fold)} is not a valid fold result ({problem}); "
-                f"recomputing it from the fold's run {folder / fold.name}"
-            )
-    return notes
 
 
 def _parser() -> ArgumentParser:
@@ -86,6 +132,19 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--years", help="comma-separated test years instead of --folds")
     parser.add_argument("--checkpoint-uri", default="runs", help="local folder the backtest folder goes in (runs)")
     parser.add_argument("--name", default="backtest", help="the backtest's folder; the same name continues it")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="folds trained at once, each in a worker process of its own (1: one after another, in this process); "
+        "under torchrun, in each process",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=FOLD_THREADS,
+        help=f"torch threads of every fold ({FOLD_THREADS}): a fold's figures depend on them, never on --jobs",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--verbose", action="store_true", help="print every generation's line")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -105,13 +164,16 @@ def _integers(text: str, flag: str) -> list[int]:
 def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
     from config import preset
-    from training.loop import RunStopped
+    from training.sharding import Ranks
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
 
     args = _parser().parse_args(list(argv))
     seeds = _integers(args.seeds, "--seeds")
     years = _integers(args.years, "--years") if args.years is not None else []
+    for flag, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+        if value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
     if args.checkpoint_uri.startswith("gs://"):
         raise InputError("backtest writes to a local folder: give --checkpoint-uri a local path")
     if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
@@ -119,48 +181,110 @@ def main(argv: Sequence[str]) -> int:
     settings = flag_settings(args)
     config = override(preset(args.preset), settings)
     folds = plan_folds(config, seeds=seeds, years=years, folds=args.folds)
-    resolve_device(config.runtime.device)  # a device this machine lacks is refused before the plan is written
     folder = Path(args.checkpoint_uri) / args.name
-    notes = open_backtest(folder, config, folds)
 
-    results = []
-    with StopRequest() as stop, GenerationProgress(enabled=not args.no_progress, unit="fold") as progress:
+    with contextlib.ExitStack() as stack:
+        # Under torchrun, one process of several: each trains its share of the folds (offline.backtest.spread).
+        ranks = Ranks.connect(timeout_s=config.runtime.collective_timeout_s) if Ranks.launched() else Ranks()
+        stack.callback(ranks.close)
+        # A device this machine lacks is refused before the plan is written.
+        device = spread.agree(ranks, lambda: resolve_device(config.runtime.device, ranks))
+        if ranks.distributed:
+            plan = {**plan_document(config, folds), "markets": [fold.fingerprint for fold in folds]}
+            spread.agree(ranks, lambda: spread.require_leaders_plan(ranks, plan))
+        mine = folds_of(folds, ranks)
+        opening = spread.agree(ranks, lambda: check_backtest(folder, config, folds, mine))
+        in_process = args.jobs == 1 and not ranks.distributed  # as before --jobs: the folds one after another, here
+        workers = 0 if in_process else min(args.jobs, len(opening.pending))
+        gpus = worker_gpus(device, workers, ranks)
+        node_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if ranks.distributed else 1
+        if workers:
+            spread.agree(
+                ranks,
+                lambda: check_jobs_fit(
+                    opening.pending, device=device, gpus=gpus, host_runs=workers * node_processes, jobs=args.jobs
+                ),
+            )
+        opening.begin()
+
+        stop = stack.enter_context(StopRequest())
+        progress = stack.enter_context(
+            GenerationProgress(enabled=not args.no_progress and ranks.is_leader, unit="fold")
+        )
         # With --json, stdout holds the summary alone: the per-fold lines go to stderr.
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else progress.write
-        log = say if args.verbose else (lambda line: None)
-        for note in notes:
-            say(note)
+        board = FoldBoard(progress, say=say, verbose=args.verbose, speaks=ranks.is_leader)
+        for note in opening.notes:
+            board.say(note)
+        crowded = crowding_note(workers=max(workers, 1), threads=args.threads, processes=node_processes)
+        if crowded is not None and device.type == "cpu" and opening.pending:
+            board.say(crowded)
         progress.reset(total=len(folds), initial=0)
-        for fold in folds:
-            progress.describe(f"{fold.name}")
-
-            def on_generation(row: dict[str, Any], fold: Fold = fold) -> None:
-                progress.describe(f"{fold.name}: generation {row['generation']}/{fold.config.runtime.generations}")
-
-            try:
-                result = run_fold(folder, fold, log=log, should_stop=stop, on_generation=on_generation)
-            except RunStopped:
-                progress.close()
-                say(
-                    f"stopped by {stop.name} in {fold.name}; finished folds and the last checkpoint are kept. "
-                    f"Run the same command to continue."
+        for fold in mine:
+            if fold.name in opening.finished:
+                board.finished(fold, opening.finished[fold.name])
+        try:
+            if in_process:
+                trained = _run_here(folder, opening.pending, threads=args.threads, board=board, stop=stop)
+            else:
+                pool = WorkerPool(
+                    folder,
+                    threads=args.threads,
+                    gpus=[visible_device(gpu) for gpu in gpus],
+                    board=board,
+                    stop=stop,
+                    exchange=spread.status_exchange(ranks, board) if ranks.distributed else None,
                 )
-                return 128 + (stop.signum or 0)
-            results.append(result)
-            m = result["metrics"]
-            gen = result["champion_generation"]
-            crowned = f"crowned in generation {gen}" if gen else "equal weight (no agent proved an edge)"
-            say(
-                f"{fold.name}: champion Sharpe {fmt(m['champion']['sharpe'], '+.2f')} "
-                f"(equal weight {fmt(m['equal_weight']['sharpe'], '+.2f')}), "
-                f"{crowned}; deflated Sharpe {fmt(result.get('deflated_sharpe'), '.2f')}, "
-                f"PBO {fmt(result.get('pbo'), '.2f')}"
-            )
-            progress.update()
-    summary = summarise(results)
-    written = write_outputs(folder, summary, results)
+                trained = pool.run(opening.pending)
+        except FoldsStopped as stopped:
+            progress.close()
+            where = f" in {', '.join(stopped.folds)}" if stopped.folds else ""
+            if ranks.is_leader:
+                say(
+                    f"stopped by {stopped.name or 'a signal'}{where}; finished folds and the last checkpoints are "
+                    "kept. Run the same command to continue."
+                )
+            return 128 + stopped.signum
+        except FoldCrashedError as crashed:
+            progress.close()
+            print(f"error: {crashed}", file=sys.stderr, flush=True)
+            return 1
+        results = {**opening.finished, **trained}
+        if ranks.distributed:
+            results = spread.gather_results(ranks, results)
+    if not ranks.is_leader:
+        return 0
+    # Results as they read back from their files, whichever process or run gave them: the same summary bytes.
+    ordered = [json.loads(json.dumps(results[fold.name], allow_nan=False)) for fold in folds]
+    summary = summarise(ordered)
+    written = write_outputs(folder, summary, ordered)
     if args.json:
         print(json.dumps(summary, allow_nan=False))
     else:
         print(f"backtest {folder}: {len(folds)} folds\n\n{table(summary)}\n\nreport: {folder} ({', '.join(written)})")
     return 0
+
+
+def _run_here(
+    folder: Path, folds: list[Fold], *, threads: int, board: FoldBoard, stop: Callable[[], bool]
+) -> dict[str, dict[str, Any]]:
+    """The folds one after another in this process (``--jobs 1``), with the torch threads every fold gets."""
+    from training.loop import RunStopped
+
+    results = {}
+    with torch_threads(threads):
+        for fold in folds:
+            board.started(fold)
+            try:
+                result = run_fold(
+                    folder,
+                    fold,
+                    log=lambda line, fold=fold: board.log(fold, line),
+                    should_stop=stop,
+                    on_generation=lambda row, fold=fold: board.generation(fold, row["generation"]),
+                )
+            except RunStopped:
+                raise FoldsStopped(getattr(stop, "signum", None) or 0, [fold.name]) from None
+            results[fold.name] = result
+            board.finished(fold, result)
+    return results

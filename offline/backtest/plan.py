@@ -30,6 +30,9 @@ class Fold:
     config: Config
     fingerprint: str
     """``persistence.provenance.market_fingerprint`` of the fold's market: what its run must be trained on."""
+    num_assets: int = 0
+    num_features: int = 0
+    """The market's shape, which sizes the run's memory (``offline.backtest.placement``)."""
 
     @property
     def name(self) -> str:
@@ -86,7 +89,8 @@ def plan_folds(
             raise ConfigError(f"test year {year}: {error}") from None
         fingerprint = market_fingerprint(market)
         for seed in seeds:
-            plan.append(Fold(year, seed, override(fold_config, {"runtime.seed": seed}), fingerprint))
+            seeded = override(fold_config, {"runtime.seed": seed})
+            plan.append(Fold(year, seed, seeded, fingerprint, market.num_assets, market.num_features))
     return plan
 
 

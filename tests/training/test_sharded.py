@@ -369,7 +369,7 @@ def test_each_block_fetches_exactly_the_donors_it_lacks():
     assert mate_only > 0  # some plans fetch a mate's actor alone
 
 
-@pytest.mark.parametrize("command", ["inspect", "evaluate", "export", "backtest"])
+@pytest.mark.parametrize("command", ["inspect", "evaluate", "export"])
 def test_the_one_process_commands_refuse_several_processes(monkeypatch, capsys, command):
     import main
 

@@ -136,6 +136,8 @@ def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
         (["--years", "2000"], "test year 2000: the price data has 260 rows"),
         (["--years", "2001"], "test year 2001: rollout.fitness_block_every"),
         (["--folds", "0"], "--folds must be >= 1"),
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--threads", "0"], "--threads must be >= 1, got 0"),
         (["--name", "../up"], "--name must be a plain folder name"),
         (["--checkpoint-uri", "gs://bucket/x"], "local folder"),
         (["--set", "ddpg.gamma=2"], "ddpg.gamma"),
