@@ -93,7 +93,7 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class DDPGConfig:
+class LearnerConfig:
     algorithm: Algorithm = "ddpg"
     """ddpg: one critic, the actor every update; td3: twin critics, target policy smoothing, delayed actor steps."""
     gamma: float = 0.0
@@ -132,30 +132,30 @@ class DDPGConfig:
     """td3: that noise is clipped to plus or minus this."""
 
     def __post_init__(self) -> None:
-        _require(0.0 <= self.gamma <= 1.0, "ddpg.gamma", "must be in [0, 1]")
-        _require(0.0 < self.tau <= 1.0, "ddpg.tau", "must be in (0, 1]")
-        _require(self.actor_lr > 0 and self.critic_lr > 0, "ddpg.actor_lr/critic_lr", "must be > 0")
-        _require(self.batch_size >= 1, "ddpg.batch_size", "must be >= 1")
-        _require(self.updates_per_generation >= 0, "ddpg.updates_per_generation", "must be >= 0")
-        _require(self.buffer_size >= 1, "ddpg.buffer_size", "must be >= 1")
-        _require(self.learning_starts >= 0, "ddpg.learning_starts", "must be >= 0")
+        _require(0.0 <= self.gamma <= 1.0, "learner.gamma", "must be in [0, 1]")
+        _require(0.0 < self.tau <= 1.0, "learner.tau", "must be in (0, 1]")
+        _require(self.actor_lr > 0 and self.critic_lr > 0, "learner.actor_lr/critic_lr", "must be > 0")
+        _require(self.batch_size >= 1, "learner.batch_size", "must be >= 1")
+        _require(self.updates_per_generation >= 0, "learner.updates_per_generation", "must be >= 0")
+        _require(self.buffer_size >= 1, "learner.buffer_size", "must be >= 1")
+        _require(self.learning_starts >= 0, "learner.learning_starts", "must be >= 0")
         _require(
             0.0 <= self.exploration_min <= self.exploration_max,
-            "ddpg.exploration_min",
+            "learner.exploration_min",
             "must be in [0, exploration_max]",
         )
-        _require(self.max_grad_norm >= 0, "ddpg.max_grad_norm", "must be >= 0")
-        _require(self.observation_noise >= 0, "ddpg.observation_noise", "must be >= 0")
-        _require(self.tilt_penalty >= 0, "ddpg.tilt_penalty", "must be >= 0")
-        _require(self.policy_delay >= 1, "ddpg.policy_delay", "must be >= 1")
-        _require(self.target_noise >= 0, "ddpg.target_noise", "must be >= 0")
-        _require(self.target_noise_clip >= 0, "ddpg.target_noise_clip", "must be >= 0")
+        _require(self.max_grad_norm >= 0, "learner.max_grad_norm", "must be >= 0")
+        _require(self.observation_noise >= 0, "learner.observation_noise", "must be >= 0")
+        _require(self.tilt_penalty >= 0, "learner.tilt_penalty", "must be >= 0")
+        _require(self.policy_delay >= 1, "learner.policy_delay", "must be >= 1")
+        _require(self.target_noise >= 0, "learner.target_noise", "must be >= 0")
+        _require(self.target_noise_clip >= 0, "learner.target_noise_clip", "must be >= 0")
         if self.algorithm == "td3":
             _require(
                 self.updates_per_generation % self.policy_delay == 0,
-                "ddpg.policy_delay",
-                f"must divide ddpg.updates_per_generation ({self.updates_per_generation}) with ddpg.algorithm=td3, "
-                "so that every generation ends on an actor step",
+                "learner.policy_delay",
+                f"must divide learner.updates_per_generation ({self.updates_per_generation}) with "
+                "learner.algorithm=td3, so that every generation ends on an actor step",
             )
 
 
@@ -299,8 +299,9 @@ class RuntimeConfig:
         _require(0 < self.census_share <= 1, "runtime.census_share", "must be in (0, 1]")
 
 
-RENAMED_SECTIONS = {"evaluation": "rollout"}
-"""Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads."""
+RENAMED_SECTIONS = {"evaluation": "rollout", "ddpg": "learner"}
+"""Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads; ``--set``
+of a key by its old section's name is refused with the new one (``ddpg.gamma``: ``learner.gamma``)."""
 RETIRED_KEYS = {
     "runtime.compile": "torch.compile's CUDA graphs of the per-day forwards crashed on a GPU and were never measured "
     "to pay (README, Speed)",
@@ -317,7 +318,7 @@ class Config:
     """Trading environment."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """Actor and critic networks."""
-    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Gradient training of every agent."""
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     """Genetic algorithm over the population."""
@@ -348,9 +349,7 @@ class Config:
         """Rebuild a config from ``to_dict`` output (a checkpoint's config.json), checking every key."""
         if not isinstance(values, dict):
             raise ConfigError("config must be a JSON object")
-        for old, new in RENAMED_SECTIONS.items():  # a checkpoint written before the rename
-            if old in values and new not in values:
-                values = {(new if name == old else name): section for name, section in values.items()}
+        values = with_current_sections(values)
         sections = {}
         for section in dataclasses.fields(cls):
             raw = values.get(section.name, {})
@@ -383,10 +382,10 @@ def _smoke() -> Config:
             "model.encoder_hidden": 16,
             "model.embedding": 8,
             "model.head_hidden": 16,
-            "ddpg.batch_size": 32,
-            "ddpg.updates_per_generation": 4,
-            "ddpg.buffer_size": 20_000,
-            "ddpg.learning_starts": 128,
+            "learner.batch_size": 32,
+            "learner.updates_per_generation": 4,
+            "learner.buffer_size": 20_000,
+            "learner.learning_starts": 128,
             "evolution.popsize": 4,
             "evolution.elites": 1,
             "evolution.tournament_size": 2,
@@ -412,10 +411,10 @@ def _paper() -> Config:
             "model.encoder_hidden": 256,
             "model.embedding": 64,
             "model.head_hidden": 256,
-            "ddpg.batch_size": 256,
-            "ddpg.updates_per_generation": 256,
-            "ddpg.buffer_size": 1_000_000,
-            "ddpg.learning_starts": 20_000,
+            "learner.batch_size": 256,
+            "learner.updates_per_generation": 256,
+            "learner.buffer_size": 1_000_000,
+            "learner.learning_starts": 20_000,
             "evolution.popsize": 32,
             "evolution.elites": 4,
             "rollout.episodes": 64,
@@ -443,6 +442,7 @@ def override(config: Config, values: dict[str, Any]) -> Config:
     sections = {s.name: {} for s in dataclasses.fields(Config)}
     for key, value in values.items():
         _refuse_retired(key)
+        _refuse_renamed(key)
         section_name, _, name = key.partition(".")
         if section_name not in sections or not name:
             raise ConfigError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
@@ -457,6 +457,16 @@ def override(config: Config, values: dict[str, Any]) -> Config:
         if changes
     }
     return dataclasses.replace(config, **replaced)
+
+
+def with_current_sections(values: dict[str, Any]) -> dict[str, Any]:
+    """A config document (``Config.to_dict``) written before a section was renamed, with its sections' new names."""
+    if not isinstance(values, dict):
+        return values
+    for old, new in RENAMED_SECTIONS.items():
+        if old in values and new not in values:
+            values = {(new if name == old else name): section for name, section in values.items()}
+    return values
 
 
 def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -509,7 +519,7 @@ def flag_settings(args: Any, flags: dict[str, str] = RUN_FLAGS) -> dict[str, Any
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:
-    """``["ddpg.tau=0.01", ...]`` as a dict; a malformed item is a ConfigError."""
+    """``["learner.tau=0.01", ...]`` as a dict; a malformed item is a ConfigError."""
     parsed: dict[str, str] = {}
     for item in assignments:
         key, sep, value = item.partition("=")
@@ -521,6 +531,7 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
 
 def coerce_setting(key: str, value: Any) -> Any:
     """A dotted key's value as the config holds it (``"8"`` -> 8), or a ConfigError."""
+    _refuse_renamed(key)
     _refuse_retired(key)
     section_name, _, name = key.partition(".")
     section_cls = _section_types().get(section_name)
@@ -541,6 +552,13 @@ def field_docs() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _refuse_renamed(key: str) -> None:
+    section, _, name = key.partition(".")
+    if section in RENAMED_SECTIONS and name:
+        new = RENAMED_SECTIONS[section]
+        raise ConfigError(f"config section {section} is now called {new}: {new}.{name}")
 
 
 def _refuse_retired(key: str) -> None:

@@ -8,14 +8,14 @@ core) on a planted one-day reversal (strength 0.02) and on a random walk, and pr
 ``benchmarks/learning.py``. The variants:
 
 * ``default``: as shipped.
-* ``critic``: the actor climbs the critic (plain DDPG) instead of the exact next-day reward (``ddpg.actor_objective``).
+* ``critic``: the actor climbs the critic (plain DDPG), not the exact next-day reward (``learner.actor_objective``).
 * ``no_tilt``: agents start from full-scale random heads and no cash bias, not as small tilts around equal weight.
 * ``best_on_validation``: selection as it was: crown the agent with the best validation log return whenever it
   beats the champion's, with no allowance for noise or for the number of candidates compared (z = 0).
 * ``lookback_8``: observation windows of 8 days instead of 1 (``env.lookback``).
 * ``choose_by_bound``: of the agents with a proven edge, crown the highest bound, not the highest validation
   return (``selection.choose_by``).
-* ``observation_noise``: Gaussian noise of stdev 0.5 on the replayed features (``ddpg.observation_noise``).
+* ``observation_noise``: Gaussian noise of stdev 0.5 on the replayed features (``learner.observation_noise``).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ VARIANTS = (
     "observation_noise",
 )
 SETTINGS = {
-    "critic": {"ddpg.actor_objective": "critic"},
+    "critic": {"learner.actor_objective": "critic"},
     "lookback_8": {"env.lookback": 8},
     "choose_by_bound": {"selection.choose_by": "bound"},
-    "observation_noise": {"ddpg.observation_noise": 0.5},
+    "observation_noise": {"learner.observation_noise": 0.5},
 }
 """The variants that are config overrides; the others patch the trainer while they run."""
 GENERATIONS = 25

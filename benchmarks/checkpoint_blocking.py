@@ -2,7 +2,7 @@
 
     python benchmarks/checkpoint_blocking.py              # the paper preset's shape on the CPU; about 2 minutes
     python benchmarks/checkpoint_blocking.py --json
-    python benchmarks/checkpoint_blocking.py --set ddpg.buffer_size=100000 --checkpoints 3
+    python benchmarks/checkpoint_blocking.py --set learner.buffer_size=100000 --checkpoints 3
 
 One trainer at the ``paper`` preset (32 agents, lookback 252, a million-transition buffer) on the bundled data and the
 CPU. Collecting a million transitions at this shape would take hours on a CPU, so the buffer is filled to capacity
@@ -185,7 +185,7 @@ def measure(config: Config, *, checkpoints: int, train_s: float) -> dict[str, An
             "lookback": config.env.lookback,
             "popsize": config.evolution.popsize,
             "encoder_hidden": config.model.encoder_hidden,
-            "buffer_size": config.ddpg.buffer_size,
+            "buffer_size": config.learner.buffer_size,
             "keep_last": config.checkpoint.keep_last,
         },
         "checkpoint_bytes": checkpoint_bytes,

@@ -1,7 +1,7 @@
 """Does learning hold up? Train on markets with a known answer and compare the champion's holdout with the rule.
 
     python benchmarks/learning.py                                   # every kind, seeds 0 1 2, the default preset
-    python benchmarks/learning.py --kinds reversal --seeds 0 --set ddpg.actor_objective=critic
+    python benchmarks/learning.py --kinds reversal --seeds 0 --set learner.actor_objective=critic
 
 For each kind of ``environment.synthetic`` market and each seed (the market's and the run's), it writes the prices,
 trains a run with the preset (a finished run in ``--out`` is reused, an unfinished one resumed), and scores the
@@ -66,11 +66,11 @@ SMALL = {
     "evolution.popsize": 8,
     "rollout.episodes": 8,
     "rollout.exploring_episodes": 4,
-    "ddpg.batch_size": 64,
-    "ddpg.updates_per_generation": 16,
-    "ddpg.buffer_size": 20_000,
-    "ddpg.learning_starts": 500,
-    "ddpg.actor_lr": 3e-4,  # small networks and 25 generations: at the default's 1e-4 the reversal is not learned yet
+    "learner.batch_size": 64,
+    "learner.updates_per_generation": 16,
+    "learner.buffer_size": 20_000,
+    "learner.learning_starts": 500,
+    "learner.actor_lr": 3e-4,  # small networks and 25 generations: at 1e-4 the reversal is not learned yet
 }
 """A small version of the default preset (8 agents, small networks, the larger actor step of issue 12) for 5-asset
 markets of 1500 days: a run takes about a minute on one CPU core. The tests and ``benchmarks/ablation.py`` use it."""

@@ -83,10 +83,10 @@ def scale_config(generations: int, updates: int) -> Config:
             "model.encoder_hidden": 16,
             "model.embedding": 8,
             "model.head_hidden": 16,
-            "ddpg.batch_size": 32,
-            "ddpg.updates_per_generation": updates,
-            "ddpg.buffer_size": BUFFER,
-            "ddpg.learning_starts": 1_000,
+            "learner.batch_size": 32,
+            "learner.updates_per_generation": updates,
+            "learner.buffer_size": BUFFER,
+            "learner.learning_starts": 1_000,
             "evolution.popsize": POPSIZE,
             "rollout.episodes": EPISODES,
             "rollout.exploring_episodes": EPISODES // 2,
@@ -111,7 +111,7 @@ def measure(after_full: int, updates: int) -> dict[str, Any]:
         trainer.run(until=generations, on_generation=rows.append)
         wall_s = time.perf_counter() - started
     buffer = trainer.buffer
-    batch = config.ddpg.batch_size
+    batch = config.learner.batch_size
     warm = [row for row in rows if row["replay_transitions"] >= BUFFER]
     replaced_here = replaced_bytes_per_transition(LOOKBACK, ASSETS, FEATURES)
     replaced_doc = replaced_bytes_per_transition(LOOKBACK, REPLACED_COLUMNS, FEATURES)

@@ -83,7 +83,7 @@ def moved_per_donor(preset_name: str) -> dict[str, int]:
     from training.loop import Trainer
     from training.setup import load_market
 
-    config = override(preset(preset_name), {"runtime.device": "cpu", "ddpg.buffer_size": 1})  # no buffer needed
+    config = override(preset(preset_name), {"runtime.device": "cpu", "learner.buffer_size": 1})  # no buffer needed
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(config, load_market(config, torch.device("cpu")), Path(scratch), log=lambda line: None)
         tensors = trainer.population.agent_tensors()

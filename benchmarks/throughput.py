@@ -109,7 +109,7 @@ def fill_buffer(trainer: Trainer) -> None:
 def measure_population(
     config: Config, device: torch.device, market, *, updates: int, reference_updates: int, repeats: int
 ) -> dict[str, Any]:
-    cfg_eval, cfg_ddpg, cfg_env = config.rollout, config.ddpg, config.env
+    cfg_eval, cfg_learner, cfg_env = config.rollout, config.learner, config.env
     popsize = config.evolution.popsize
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch), market)
@@ -142,7 +142,7 @@ def measure_population(
         episode = {"episode_days": cfg_env.episode_days, "cost_rate": cfg_env.cost_rate}
         generator = torch.Generator(device=device).manual_seed(2)
         gatherer = trainer.rollouts.env.gatherer
-        view = single_sample_view(trainer.buffer, cfg_ddpg.batch_size)
+        view = single_sample_view(trainer.buffer, cfg_learner.batch_size)
 
         ref_eval_s = timed(
             device,
@@ -163,7 +163,7 @@ def measure_population(
             / reference_updates
         )
 
-    updates_per_generation = cfg_ddpg.updates_per_generation
+    updates_per_generation = cfg_learner.updates_per_generation
     generation_s = eval_s + validate_s + updates_per_generation * update_s
     ref_generation_s = ref_eval_s + ref_validate_s + updates_per_generation * ref_update_s
     return {
@@ -197,7 +197,7 @@ def update_efficiency(config: Config, device: torch.device, machine_flops: float
     return {
         "population": config.evolution.popsize,
         "lookback": config.env.lookback,
-        "batch_size": config.ddpg.batch_size,
+        "batch_size": config.learner.batch_size,
         "update_flops": flops,
         "update_s": seconds,
         "achieved_flops": achieved,
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--stability-set",
         action="append",
-        default=["ddpg.updates_per_generation=4"],
+        default=["learner.updates_per_generation=4"],
         metavar="KEY=VALUE",
         help="overrides of the stability run (default: 4 updates/generation)",
     )
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         say(f"update efficiency at the {name} network size")
         sizes = {
             "runtime.device": str(device),
-            "ddpg.buffer_size": 100_000,
+            "learner.buffer_size": 100_000,
             "rollout.episodes": 4,
             "rollout.exploring_episodes": 2,
             **({"env.lookback": 252} if name == "paper" else {}),  # the stress shape BENCHMARKS.md reports
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         report["stability"] = stability(config, device, args.stability_generations)
     if args.profile:
         say("profiling the DDPG update at the default size")
-        config = override(preset("default"), {"runtime.device": str(device), "ddpg.buffer_size": 100_000})
+        config = override(preset("default"), {"runtime.device": str(device), "learner.buffer_size": 100_000})
         report["update_profile"] = profile_update(config, device)
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1) + "\n")

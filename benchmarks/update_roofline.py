@@ -359,7 +359,7 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
     device = resolve_device(config.runtime.device)
     with tempfile.TemporaryDirectory() as folder:
         trainer = Trainer(config, load_market(config, device), Path(folder), log=lambda line: None)
-        while len(trainer.buffer) < max(config.ddpg.learning_starts, config.ddpg.batch_size):
+        while len(trainer.buffer) < max(config.learner.learning_starts, config.learner.batch_size):
             trainer.rollouts.run(trainer.rollouts.sample_starts())
         update = trainer.updates.step  # one batched update, eager: what is counted
         with FlopCounterMode(display=False) as flops:
@@ -379,7 +379,7 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
             "device": name,
             "preset_shape": {
                 "popsize": config.evolution.popsize,
-                "batch_size": config.ddpg.batch_size,
+                "batch_size": config.learner.batch_size,
                 "num_assets": trainer.market.num_assets,
                 "widths": [config.model.encoder_hidden, config.model.embedding, config.model.head_hidden],
             },

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-from config import DDPGConfig, ModelConfig
+from config import LearnerConfig, ModelConfig
 from environment.kernel import portfolio_step
 from models.networks import Actor, Critic, Rows
 from models.optim import BatchedAdam
@@ -70,7 +70,7 @@ class Learner:
         agents: the agents this learner holds (dim 0 of every tensor).
         window_size: L * K values per asset window.
         model: the networks' widths.
-        settings: the learner's hyperparameters (``config.DDPGConfig``).
+        settings: the learner's hyperparameters (``config.LearnerConfig``).
         cost_rate: the environment's, for the ``model`` objective.
         device: where every tensor lives.
         generator: draws the initial parameters.
@@ -85,7 +85,7 @@ class Learner:
         agents: int,
         window_size: int,
         model: ModelConfig,
-        settings: DDPGConfig,
+        settings: LearnerConfig,
         *,
         cost_rate: float,
         device: torch.device | str,

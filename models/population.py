@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from config import DDPGConfig, ModelConfig
+from config import LearnerConfig, ModelConfig
 from models.learner import Learner
 from models.networks import Actor, Rows
 
@@ -23,7 +23,7 @@ class Population:
         popsize: P.
         window_size: L * K values per asset window.
         model: the networks' widths and encoder precision (``config.ModelConfig``).
-        learning: the learner's settings (``config.DDPGConfig``).
+        learning: the learner's settings (``config.LearnerConfig``).
         cost_rate: the environment's, for the learner's ``model`` objective.
         device: where every tensor lives.
         generator: draws the initial parameters.
@@ -38,7 +38,7 @@ class Population:
         popsize: int,
         window_size: int,
         model: ModelConfig,
-        learning: DDPGConfig,
+        learning: LearnerConfig,
         *,
         cost_rate: float = 0.0,
         device: torch.device | str,

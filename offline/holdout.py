@@ -72,7 +72,7 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
         config.evolution.popsize,
         window_size,
         config.model,
-        config.ddpg,
+        config.learner,
         device=device,
         generator=make_generators(config.runtime.seed, device)["init"],
     )

@@ -47,15 +47,15 @@ def make_population(
     **learning,
 ):
     """A small Population on the CPU (``slots``: the ones this process would hold of a sharded population; ``model``:
-    its networks' ``ModelConfig``, by default all ``width`` wide; ``learning``: ``DDPGConfig`` fields)."""
-    from config import DDPGConfig, ModelConfig
+    its networks' ``ModelConfig``, by default all ``width`` wide; ``learning``: ``LearnerConfig`` fields)."""
+    from config import LearnerConfig, ModelConfig
     from models.population import Population
 
     return Population(
         popsize,
         window_size,
         model or ModelConfig(encoder_hidden=width, embedding=width, head_hidden=width),
-        DDPGConfig(**{"actor_lr": 1e-3, "critic_lr": 1e-3, **learning}),
+        LearnerConfig(**{"actor_lr": 1e-3, "critic_lr": 1e-3, **learning}),
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
         slots=slots,

@@ -21,7 +21,7 @@ from training.setup import load_market
 
 
 def small_trainer(tmp_path) -> Trainer:
-    config = override(preset("smoke"), {"runtime.device": "cpu", "evolution.popsize": 3, "ddpg.buffer_size": 5000})
+    config = override(preset("smoke"), {"runtime.device": "cpu", "evolution.popsize": 3, "learner.buffer_size": 5000})
     return Trainer(config, load_market(config, torch.device("cpu")), tmp_path, log=lambda line: None)
 
 
@@ -45,9 +45,9 @@ def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
 def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     trainer = small_trainer(tmp_path)
     throughput.fill_buffer(trainer)
-    ddpg = trainer.config.ddpg
+    settings = trainer.config.learner
     agents = split_population(trainer.population, generator=torch.Generator().manual_seed(0))
-    view = single_sample_view(trainer.buffer, ddpg.batch_size)
+    view = single_sample_view(trainer.buffer, settings.batch_size)
     assert view.storage is trainer.buffer.storage and len(view) == len(trainer.buffer)
 
     # The same transitions for both: the single agent's batch, drawn again from the same generator state.
@@ -100,7 +100,7 @@ def test_the_report_has_the_promised_shape(capsys):
 
 
 def test_the_checkpoint_blocking_report_has_the_promised_shape(capsys):
-    tiny = ["ddpg.buffer_size=2000", "env.lookback=8", "env.episode_days=16", "model.encoder_hidden=8"]
+    tiny = ["learner.buffer_size=2000", "env.lookback=8", "env.episode_days=16", "model.encoder_hidden=8"]
     checkpoint_blocking.main(["--checkpoints", "2", "--train-s", "0", *(f"--set={s}" for s in tiny), "--json"])
     report = json.loads(capsys.readouterr().out)
     for path in ("synchronous", "staged", "background_write"):

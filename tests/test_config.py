@@ -28,7 +28,7 @@ def test_presets_have_the_promised_scale():
     assert smoke.runtime.generations == 3
     assert paper.evolution.popsize >= 16
     assert paper.env.lookback == preset("default").env.lookback == 1  # longer windows memorise (RESULTS.md)
-    assert paper.ddpg.buffer_size == 1_000_000
+    assert paper.learner.buffer_size == 1_000_000
     assert paper.data.tickers == ()  # every asset of the data set
 
 
@@ -44,7 +44,7 @@ def test_override_converts_strings_to_the_field_types():
         Config(),
         parse_assignments(
             [
-                "ddpg.tau=0.01",
+                "learner.tau=0.01",
                 "evolution.popsize=8",
                 "runtime.progress=false",
                 "data.tickers=AAPL, KO",
@@ -52,26 +52,26 @@ def test_override_converts_strings_to_the_field_types():
             ]
         ),
     )
-    assert cfg.ddpg.tau == 0.01
+    assert cfg.learner.tau == 0.01
     assert cfg.evolution.popsize == 8
     assert cfg.runtime.progress is False
     assert cfg.data.tickers == ("AAPL", "KO")
     assert cfg.evolution.fitness == "sharpe"
-    assert Config().ddpg.tau == 0.005  # the original is untouched (frozen)
+    assert Config().learner.tau == 0.005  # the original is untouched (frozen)
 
 
 @pytest.mark.parametrize(
     ("key", "value", "phrase"),
     [
-        ("ddpg.tauu", "0.1", "unknown config key 'ddpg.tauu'"),
+        ("learner.tauu", "0.1", "unknown config key 'learner.tauu'"),
         ("ddpg", "0.1", "unknown config key 'ddpg'"),
-        ("ddpg.tau", "abc", "config key ddpg.tau expects float"),
-        ("ddpg.tau", "nan", "config key ddpg.tau expects float"),
+        ("learner.tau", "abc", "config key learner.tau expects float"),
+        ("learner.tau", "nan", "config key learner.tau expects float"),
         ("evolution.popsize", "1.5", "expects int"),
         ("runtime.progress", "maybe", "expects bool"),
         ("evolution.fitness", "best", "one of mean_log_return|sharpe|worst_k"),
-        ("ddpg.tau", "0", "ddpg.tau"),
-        ("ddpg.observation_noise", "-0.5", "ddpg.observation_noise"),
+        ("learner.tau", "0", "learner.tau"),
+        ("learner.observation_noise", "-0.5", "learner.observation_noise"),
         ("evolution.elites", "16", "evolution.elites"),
         ("data.start", "2020-13-01", "data.start"),
         ("selection.method", "last", "one of bootstrap|final|bonferroni"),
@@ -95,8 +95,8 @@ def test_validation_needs_two_days_for_the_selection_test():
 
 def test_from_dict_rejects_unknown_keys():
     values = Config().to_dict()
-    values["ddpg"]["mystery"] = 1
-    with pytest.raises(ConfigError, match=r"ddpg\.mystery"):
+    values["learner"]["mystery"] = 1
+    with pytest.raises(ConfigError, match=r"learner\.mystery"):
         Config.from_dict(values)
 
 
@@ -109,6 +109,14 @@ def test_a_config_written_before_the_rollout_section_was_renamed_still_loads():
     assert loaded == override(Config(), {"rollout.episodes": 12})
     with pytest.raises(ConfigError, match="evaluation"):
         override(Config(), {"evaluation.episodes": 12})  # on the command line only the new name
+
+
+def test_a_config_written_when_the_learner_was_called_ddpg_still_loads_and_the_old_name_points_to_the_new():
+    written = Config().to_dict()
+    written["ddpg"] = {**written.pop("learner"), "gamma": 0.9}
+    assert Config.from_dict(written) == override(Config(), {"learner.gamma": 0.9})
+    with pytest.raises(ConfigError, match=r"ddpg is now called learner: learner\.gamma"):
+        override(Config(), parse_assignments(["ddpg.gamma=0.9"]))
 
 
 def test_a_config_naming_a_removed_key_still_loads_and_the_key_is_refused_with_why():

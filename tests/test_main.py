@@ -32,12 +32,12 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
 @pytest.mark.parametrize(
     ("args", "phrases"),
     [
-        (["--set", "ddpg.tauu=0.1"], ["ddpg.tauu"]),
+        (["--set", "learner.tauu=0.1"], ["learner.tauu"]),
         (["--set", "nosuch.key=1"], ["nosuch.key"]),
-        (["--set", "ddpg.tau=fast"], ["ddpg.tau", "float", "'fast'"]),
+        (["--set", "learner.tau=fast"], ["learner.tau", "float", "'fast'"]),
         (["--set", "evolution.popsize=2.5"], ["evolution.popsize", "int"]),
         (["--set", "evolution.fitness=best"], ["evolution.fitness", "mean_log_return"]),
-        (["--set", "ddpg.tau"], ["dotted.key=value"]),
+        (["--set", "learner.tau"], ["dotted.key=value"]),
         (["--set", "evolution.elites=99"], ["evolution.elites"]),
         (["--preset", "huge"], ["huge", "smoke"]),
         (["--bogus-flag"], ["--bogus-flag"]),
@@ -53,11 +53,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
         ],
         (["--set", "checkpoint.run_name=../escaped"], ["checkpoint.run_name"]),
         (["--resume", "--run-name", "../escaped"], ["checkpoint.run_name"]),
-        (["--set", "ddpg.buffer_size=100000000000000"], ["needs at least", "replay buffer", "ddpg.buffer_size"]),
+        (["--set", "learner.buffer_size=100000000000000"], ["needs at least", "replay buffer", "learner.buffer_size"]),
         (["--population", "100000000000"], ["needs at least", "evolution.popsize"]),
         (["--set", "model.encoder_hidden=1000000000"], ["needs at least", "model.encoder_hidden"]),
         (["--set", "rollout.episodes=100000000000"], ["needs at least", "rollout.episodes"]),
-        (["--set", "ddpg.batch_size=10000000000"], ["needs at least", "ddpg.batch_size"]),
+        (["--set", "learner.batch_size=10000000000"], ["needs at least", "learner.batch_size"]),
     ],
 )
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
@@ -157,7 +157,7 @@ def test_help_lists_every_config_key_with_its_meaning(tmp_path):
         [sys.executable, str(REPO / "main.py"), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0
-    assert "ddpg.tau" in result.stdout
+    assert "learner.tau" in result.stdout
     assert "Polyak coefficient" in result.stdout
 
 

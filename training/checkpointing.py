@@ -190,7 +190,7 @@ class Checkpointing:
         buffer = state.buffer._replace(storage=staged["replay"])
         groups = {
             "population": population,
-            **replay.checkpoint_groups(buffer, capacity=self.config.ddpg.buffer_size),  # replay, replay-000, ...
+            **replay.checkpoint_groups(buffer, capacity=self.config.learner.buffer_size),  # replay, replay-000, ...
             "rng": state.streams,  # copies already
             **({} if state.gate is None else {"selection": state.gate}),  # a copy too
         }

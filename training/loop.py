@@ -12,7 +12,7 @@ One generation, as ``Trainer.run_generation`` reads:
 3. Evolve: selection on the fitness measured in step 1, on the very parameters being selected (nothing has trained
    them since), applied in place (``training.evolution``).
 4. Update: every agent, offspring included, takes DDPG steps on batches from the shared buffer (``training.update``,
-   ``models.ddpg``).
+   ``models.learner``).
 5. Record: one metrics row and console line (``training.records``), one checkpoint (``training.checkpointing``).
 
 Step 4 changes the parameters after they were measured; the next generation's step 1 measures them again before
@@ -247,8 +247,8 @@ class Trainer:
     def _update(self, plan: EvolutionPlan) -> tuple[int, dict[str, torch.Tensor]]:
         """Phase 4: the learner's updates, all agents in one batched update each; (updates, each loss's (P,) mean
         over the updates that computed it, by name)."""
-        ddpg, slots = self.config.ddpg, self.sharding.slots
-        updates = ddpg.updates_per_generation if len(self.buffer) >= ddpg.learning_starts else 0
+        settings, slots = self.config.learner, self.sharding.slots
+        updates = settings.updates_per_generation if len(self.buffer) >= settings.learning_starts else 0
         self.updates.begin(frozen=plan.elite[slots.start : slots.stop])  # this generation's elites
         for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would

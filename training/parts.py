@@ -46,14 +46,14 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     default)."""
     device = market.device
     set_matmul_precision(config, device)
-    ddpg, popsize = config.ddpg, config.evolution.popsize
+    settings, popsize = config.learner, config.evolution.popsize
     sharding = sharding or Sharding(popsize, device=device)
     generators = make_generators(config.runtime.seed, device)
     population = Population(
         popsize,
         market.num_features * config.env.lookback,  # L * K values per asset window
         config.model,
-        ddpg,
+        settings,
         cost_rate=config.env.cost_rate,
         device=device,
         generator=generators["init"],
@@ -62,11 +62,11 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         noise_generator=generators["replay"],
     )
     buffer = ReplayBuffer(
-        ddpg.buffer_size,
+        settings.buffer_size,
         market.num_assets,
         WindowGatherer(market.features, config.env.lookback),  # windows rebuilt at sample time
         market.relatives,
-        sample_shape=(popsize, ddpg.batch_size),
+        sample_shape=(popsize, settings.batch_size),
         device=device,
         rows=sharding.slots,
     )

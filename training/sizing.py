@@ -1,6 +1,6 @@
 """What a run needs in memory, per process, checked before anything is allocated.
 
-A value such as ``ddpg.buffer_size=10000000000``, or a universe of 500 assets at GPU-pod widths, would otherwise end
+A value such as ``learner.buffer_size=10000000000``, or a universe of 500 assets at GPU-pod widths, would otherwise end
 in an allocator traceback (or the kernel's out-of-memory killer) minutes into start-up or in generation 1. Each item
 below is the storage a run allocates once at start (design invariant 1), or the working memory of its largest phase
 (the phases run one after the other, so the caching allocator serves each from the memory the one before released).
@@ -53,9 +53,9 @@ NCCL_BYTES = GIB
 for the rings of the all-gathers and broadcasts and the point-to-point connections of evolution's all-to-all; several
 hundred MiB on an 8-GPU NVLink node, more with NVLS."""
 
-BUFFER = "replay buffer (ddpg.buffer_size)"
-SAMPLES = "sample buffers (evolution.popsize x ddpg.batch_size)"
-OBSERVATION_NOISE = "observation noise (ddpg.observation_noise: all of evolution.popsize x ddpg.batch_size)"
+BUFFER = "replay buffer (learner.buffer_size)"
+SAMPLES = "sample buffers (evolution.popsize x learner.batch_size)"
+OBSERVATION_NOISE = "observation noise (learner.observation_noise: all of evolution.popsize x learner.batch_size)"
 WIDTHS = "model.encoder_hidden, .embedding, .head_hidden"
 NETWORKS = f"actor, critic, their targets and the champion (evolution.popsize x {WIDTHS})"
 OPTIMISER = f"gradients and Adam moments (evolution.popsize x {WIDTHS})"
@@ -65,11 +65,11 @@ PHASES = {
     "rollout": f"rollout's activations (evolution.popsize x rollout.episodes x assets x {WIDTHS})",
     "validation": f"validation's activations (evolution.popsize x assets x {WIDTHS})",
     "evolution": f"evolution's copies and mutation draws (evolution.popsize x {WIDTHS})",
-    "update": f"learner update's activations (evolution.popsize x ddpg.batch_size x assets x {WIDTHS})",
+    "update": f"learner update's activations (evolution.popsize x learner.batch_size x assets x {WIDTHS})",
 }
 """The working memory of each phase, by the phase's name in ``working_bytes``."""
 CUDA_RUNTIME = "CUDA kernels, cuBLAS workspaces and allocator slack"
-BUFFER_COPIES = "replay buffer's checkpoint copies (ddpg.buffer_size): staged and being written"
+BUFFER_COPIES = "replay buffer's checkpoint copies (learner.buffer_size): staged and being written"
 POPULATION_COPIES = "population's checkpoint copies (evolution.popsize): staged and being written"
 GATE = "selection gate's resamples (selection.bootstrap_draws x data.validation_days)"
 
@@ -121,7 +121,7 @@ def _learner(config: Config, window: int, *, agents: int, device: torch.device) 
         agents,
         window,
         config.model,
-        config.ddpg,
+        config.learner,
         cost_rate=config.env.cost_rate,
         device=device,
         generator=torch.Generator(),
@@ -176,7 +176,7 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
     measured = dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
     device = torch.device("meta")
     learner = _learner(measured, window, agents=agents, device=device)
-    shape, n1 = (agents, config.ddpg.batch_size), num_assets + 1
+    shape, n1 = (agents, config.learner.batch_size), num_assets + 1
 
     def empty(*trailing: int) -> torch.Tensor:
         return torch.empty(*shape, *trailing, device=device)
@@ -198,7 +198,7 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
 def working_bytes(config: Config, *, num_assets: int, num_features: int, processes: int = 1) -> dict[str, int]:
     """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key).
     Random draws are made for the whole population on every process (``training.sharding``), so they count all P."""
-    model, ddpg, rollout = config.model, config.ddpg, config.rollout
+    model, settings, rollout = config.model, config.learner, config.rollout
     popsize = config.evolution.popsize
     agents = popsize // processes
     episodes, n1 = rollout.episodes, num_assets + 1
@@ -241,10 +241,10 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
     # rewards and flags, the days and positions (drawn for all P), the smoothing noise (drawn for all P, TD3); then
     # what the update allocates at once (measured: the targets' forward, the graphs saved for backward with the
     # gradients in flight, an Adam step's temporaries).
-    pairs = agents * ddpg.batch_size
-    batch = FLOAT_BYTES * pairs * (4 * n1 + num_assets + 3) + INDEX_BYTES * (2 * pairs + popsize * ddpg.batch_size)
-    if ddpg.algorithm == "td3" and ddpg.gamma > 0:
-        batch += FLOAT_BYTES * n1 * ddpg.batch_size * (popsize + agents)
+    pairs = agents * settings.batch_size
+    batch = FLOAT_BYTES * pairs * (4 * n1 + num_assets + 3) + INDEX_BYTES * (2 * pairs + popsize * settings.batch_size)
+    if settings.algorithm == "td3" and settings.gamma > 0:
+        batch += FLOAT_BYTES * n1 * settings.batch_size * (popsize + agents)
     measured = update_working_bytes(config, agents=agents, num_assets=num_assets, window=window)
     update = batch + measured + weight_casts
     return {"rollout": rollout_bytes, "validation": validation_bytes, "evolution": evolution, "update": update}
@@ -255,7 +255,7 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
 
 def buffer_tensor_bytes(config: Config, *, num_assets: int) -> list[int]:
     """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors, reward, flags."""
-    capacity, n1 = config.ddpg.buffer_size, num_assets + 1
+    capacity, n1 = config.learner.buffer_size, num_assets + 1
     return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * 3, capacity * FLOAT_BYTES, capacity, capacity]
 
 
@@ -274,7 +274,7 @@ def process_bytes(
     agents = popsize // processes
     n1 = num_assets + 1
     window = config.env.lookback * num_features
-    batch = config.ddpg.batch_size
+    batch = config.learner.batch_size
     needs = {
         BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets)),
         # observation and next observation windows of every sampled transition
@@ -292,7 +292,7 @@ def process_bytes(
             + (agents + 1) * learner_values(config, window).actor
         ),
     }
-    if config.ddpg.observation_noise > 0:  # kept from the first update on, drawn for all P on every process
+    if config.learner.observation_noise > 0:  # kept from the first update on, drawn for all P on every process
         needs[OBSERVATION_NOISE] = popsize * batch * num_assets * window * FLOAT_BYTES
     if processes > 1:  # this process's transitions of a step and every process's (training.rollout.SharedSteps)
         needs[EXCHANGE] = (agents + popsize) * episodes * (3 * n1 + 1) * FLOAT_BYTES

@@ -20,7 +20,7 @@ from training.sharding import Sharding
 
 
 class ObservationNoise(NamedTuple):
-    """Gaussian noise of ``stdev`` on the features of a batch's observation windows (``ddpg.observation_noise``)."""
+    """Gaussian noise of ``stdev`` on the features of a batch's observation windows (``learner.observation_noise``)."""
 
     stdev: float
     draws: torch.Tensor
@@ -60,17 +60,19 @@ class Updates:
         sharding: Sharding,
         graphs: bool,
     ) -> None:
-        ddpg, device = config.ddpg, buffer.storage["days"].device
+        settings, device = config.learner, buffer.storage["days"].device
         self.learner, self.buffer, self.generator = learner, buffer, generator
         self.noise = None
-        if ddpg.observation_noise > 0:
+        if settings.observation_noise > 0:
             window = buffer.gatherer.window_size
-            draws = torch.empty(sharding.popsize, ddpg.batch_size, buffer.gatherer.num_assets, window, device=device)
+            draws = torch.empty(
+                sharding.popsize, settings.batch_size, buffer.gatherer.num_assets, window, device=device
+            )
             rows = slice(sharding.slots.start, sharding.slots.stop)
-            self.noise = ObservationNoise(ddpg.observation_noise, draws, rows, generator)
+            self.noise = ObservationNoise(settings.observation_noise, draws, rows, generator)
         self.loss_names = learner.loss_names
         self.loss_sums = torch.zeros(len(sharding.slots), len(self.loss_names), device=device)  # (P, losses)
-        kinds = {learner.takes_actor_step(index) for index in range(ddpg.updates_per_generation)}
+        kinds = {learner.takes_actor_step(index) for index in range(settings.updates_per_generation)}
         self.steps = {
             actor_step: GraphedStep(
                 functools.partial(self._summed, actor_step), device=device, enabled=graphs, generators=[generator]

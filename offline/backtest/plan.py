@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from config import Config, dotted, override
+from config import Config, dotted, override, with_current_sections
 from persistence.provenance import market_fingerprint
 from training.fitness import training_windows
 from training.runs import RESUMABLE_CHANGES
@@ -115,7 +115,10 @@ def plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
     if saved.get("folds") != plan["folds"]:
         before, now = _folds_text(saved.get("folds")), _folds_text(plan["folds"])
         return f"the test years and seeds ({before} in plan.json, now {now})"
-    old, new = ({k: v for k, v in dotted(d["config"]).items() if k not in HOW_IT_RUNS} for d in (saved, plan))
+    old, new = (
+        {k: v for k, v in dotted(with_current_sections(d["config"])).items() if k not in HOW_IT_RUNS}
+        for d in (saved, plan)
+    )
     for key in sorted(old.keys() | new.keys()):
         if old.get(key, ...) != new.get(key, ...):
             before, now = (repr(d[key]) if key in d else "not set" for d in (old, new))

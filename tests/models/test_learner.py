@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from config import DDPGConfig, ModelConfig
+from config import LearnerConfig, ModelConfig
 from environment.kernel import portfolio_step
 from models.learner import Learner
 from models.replay import ReplayBatch
@@ -20,14 +20,14 @@ WIDTHS = ModelConfig(encoder_hidden=8, embedding=4, head_hidden=8)
 
 
 def _learner(seed: int = 0, *, lr: float = 1e-3, cost_rate: float = 0.0, **settings) -> Learner:
-    """A learner of P agents; ``settings`` are ``DDPGConfig`` fields (by default textbook DDPG: the critic objective,
+    """A learner of P agents; ``settings`` are ``LearnerConfig`` fields (by default textbook DDPG: the critic objective,
     gamma 0.9)."""
     defaults = {"gamma": GAMMA, "tau": TAU, "actor_objective": "critic", "actor_lr": lr, "critic_lr": lr}
     return Learner(
         P,
         WINDOW,
         WIDTHS,
-        DDPGConfig(**{**defaults, **settings}),
+        LearnerConfig(**{**defaults, **settings}),
         cost_rate=cost_rate,
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
@@ -269,15 +269,15 @@ def test_td3_moves_the_actor_and_the_targets_every_policy_delay_updates():
 
 
 def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay():
-    ddpg = _learner(algorithm="ddpg", policy_delay=5, target_noise=0.5)
-    assert ddpg.twin_critic is None and ddpg.policy_delay == 1 and ddpg.target_noise == 0.0
-    assert all(ddpg.takes_actor_step(i) for i in range(4))
-    assert not any(k.startswith("twin") for k in ddpg.agent_tensors())
+    plain = _learner(algorithm="ddpg", policy_delay=5, target_noise=0.5)
+    assert plain.twin_critic is None and plain.policy_delay == 1 and plain.target_noise == 0.0
+    assert all(plain.takes_actor_step(i) for i in range(4))
+    assert not any(k.startswith("twin") for k in plain.agent_tensors())
 
 
 def test_a_td3_policy_delay_must_divide_the_updates_of_a_generation():
     from utils.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"ddpg\.policy_delay"):
-        DDPGConfig(algorithm="td3", policy_delay=3, updates_per_generation=32)
-    assert dataclasses.replace(DDPGConfig(), policy_delay=3).policy_delay == 3  # DDPG ignores it
+    with pytest.raises(ConfigError, match=r"learner\.policy_delay"):
+        LearnerConfig(algorithm="td3", policy_delay=3, updates_per_generation=32)
+    assert dataclasses.replace(LearnerConfig(), policy_delay=3).policy_delay == 3  # DDPG ignores it

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from config import DDPGConfig, ModelConfig
+from config import LearnerConfig, ModelConfig
 from environment.observation import Observation
 from models.networks import Actor, Critic
 from models.population import Population
@@ -24,7 +24,7 @@ def _population(seed: int = 0, popsize: int = P) -> Population:
         popsize,
         WINDOW,
         WIDTHS,
-        DDPGConfig(actor_lr=1e-3, critic_lr=1e-3, exploration_min=EXPLORATION[0], exploration_max=EXPLORATION[1]),
+        LearnerConfig(actor_lr=1e-3, critic_lr=1e-3, exploration_min=EXPLORATION[0], exploration_max=EXPLORATION[1]),
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
     )

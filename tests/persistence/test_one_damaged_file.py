@@ -15,7 +15,7 @@ from tests.run_checks import deterministic, rows, state_digest
 
 # A ring of 800 transitions in 16 segments of 50 rows: a smoke generation stores 168 transitions, so the first
 # segments hold the same bytes from generation 1 to generation 4.
-TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress", "--device", "cpu", "--set", "ddpg.buffer_size=800"]
+TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress", "--device", "cpu", "--set", "learner.buffer_size=800"]
 SEGMENT = "replay-000.safetensors"
 FILES = [
     "population.safetensors",

@@ -95,7 +95,7 @@ def _train(root: str, leak: str | None, generations: int, device: str, emulated:
             preset("smoke"),
             {
                 "data.tickers": ("AAPL", "JNJ", "KO", "MSFT", "XOM", "WMT"),
-                "ddpg.buffer_size": 400,
+                "learner.buffer_size": 400,
                 "checkpoint.uri": root,
                 "checkpoint.keep_last": 1,
                 "runtime.generations": generations,
@@ -216,7 +216,7 @@ def a_new_population_each_generation(mp, kept):
                 cfg.evolution.popsize,
                 trainer.rollouts.env.gatherer.window_size,
                 cfg.model,
-                cfg.ddpg,
+                cfg.learner,
                 device="cpu",
                 generator=torch.Generator().manual_seed(0),
             )

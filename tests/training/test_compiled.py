@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from config import DDPGConfig, ModelConfig, override, preset
+from config import LearnerConfig, ModelConfig, override, preset
 from models.learner import Learner
 from models.replay import ReplayBatch
 from tests.run_checks import state_digest
@@ -36,7 +36,9 @@ def _learner(dtype: torch.dtype) -> Learner:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        settings = DDPGConfig(algorithm="td3", gamma=0.9, actor_objective="critic", policy_delay=2, max_grad_norm=0.5)
+        settings = LearnerConfig(
+            algorithm="td3", gamma=0.9, actor_objective="critic", policy_delay=2, max_grad_norm=0.5
+        )
         return Learner(
             P,
             WINDOW,
@@ -84,8 +86,8 @@ def smoke(root, generations: int):
             "runtime.progress": False,
             "checkpoint.uri": str(root),
             "checkpoint.run_name": "r",
-            "ddpg.learning_starts": 200,  # the first update in generation 2 (168 transitions a generation)
-            "ddpg.buffer_size": 400,  # full in generation 3
+            "learner.learning_starts": 200,  # the first update in generation 2 (168 transitions a generation)
+            "learner.buffer_size": 400,  # full in generation 3
         },
     )
 

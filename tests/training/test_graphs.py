@@ -32,7 +32,7 @@ def smoke(root: Path, *, graphs: bool, generations: int = GENERATIONS, **setting
             "runtime.progress": False,
             "checkpoint.uri": str(root),
             "checkpoint.run_name": "r",
-            "ddpg.buffer_size": 400,  # full in generation 3: the update's graph is captured again until then
+            "learner.buffer_size": 400,  # full in generation 3: the update's graph is captured again until then
             **settings,
         },
     )

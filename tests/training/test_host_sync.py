@@ -44,7 +44,7 @@ class SyncWatch(TorchDispatchMode):
 def make_trainer(tmp_path, device: str) -> Trainer:
     # Eager: each call launches the phase's kernels from Python (as under torchrun), where a read-back could hide; a
     # replayed graph cannot synchronise (a capture fails on any wait), and capturing is a one-off, not a step.
-    settings = {"runtime.device": device, "ddpg.buffer_size": 2000, "runtime.cuda_graphs": False}
+    settings = {"runtime.device": device, "learner.buffer_size": 2000, "runtime.cuda_graphs": False}
     config = override(preset("smoke"), settings)
     return Trainer(config, load_market(config, torch.device(device)), tmp_path, log=lambda line: None)
 

@@ -129,7 +129,7 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
             "data.validation_days": 252,
             "data.holdout_days": 63,
             "evolution.popsize": 8,
-            "ddpg.buffer_size": 50_000,
+            "learner.buffer_size": 50_000,
             "runtime.generations": 8,
             "checkpoint.uri": str(tmp_path / "runs"),
         },
@@ -157,7 +157,7 @@ def test_a_diverged_loss_is_recorded_as_null_and_still_checkpoints(tmp_path, mon
 
     monkeypatch.setattr(Learner, "update", diverged)
     config = override(
-        preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2, "ddpg.learning_starts": 0}
+        preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 2, "learner.learning_starts": 0}
     )
     trainer = start_run(config, log=lambda line: None).trainer
     trainer.run(until=2)
@@ -200,7 +200,7 @@ def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
     resumed to 8, the run makes the same critical values, the same crowning and the same parameters as 8 in a row
     (the gate's crossed resamples come back from the checkpoint)."""
     momentum_prices(seed=0).to_csv(tmp_path / "momentum.csv", index=False)
-    settings = ["data.validation_days=252", "data.holdout_days=63", "evolution.popsize=8", "ddpg.buffer_size=50000"]
+    settings = ["data.validation_days=252", "data.holdout_days=63", "evolution.popsize=8", "learner.buffer_size=50000"]
     common = ["--data", str(tmp_path / "momentum.csv"), "--checkpoint-uri", str(tmp_path / "runs")]
     for setting in settings:
         common += ["--set", setting]
@@ -254,8 +254,8 @@ def test_a_stop_costs_one_vote_per_phase_however_many_updates(tmp_path):
             {
                 "checkpoint.uri": str(tmp_path / str(updates)),
                 "runtime.generations": 3,
-                "ddpg.updates_per_generation": updates,
-                "ddpg.learning_starts": 0,
+                "learner.updates_per_generation": updates,
+                "learner.learning_starts": 0,
             },
         )
         trainer = start_run(config, log=lambda line: None).trainer
@@ -275,7 +275,7 @@ def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
 
     config = override(
         preset("smoke"),
-        {"checkpoint.uri": str(tmp_path), "ddpg.updates_per_generation": 8, "ddpg.learning_starts": 0},
+        {"checkpoint.uri": str(tmp_path), "learner.updates_per_generation": 8, "learner.learning_starts": 0},
     )
     polls = []
 
@@ -320,9 +320,9 @@ def test_the_days_in_blocks_trade_as_the_days_one_at_a_time(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     "learning",
     [
-        ["ddpg.algorithm=td3", "ddpg.gamma=0.9", "ddpg.actor_objective=critic"],
-        ["ddpg.algorithm=td3", "ddpg.gamma=0.9"],
-        ["ddpg.gamma=0.9", "ddpg.actor_objective=critic"],
+        ["learner.algorithm=td3", "learner.gamma=0.9", "learner.actor_objective=critic"],
+        ["learner.algorithm=td3", "learner.gamma=0.9"],
+        ["learner.gamma=0.9", "learner.actor_objective=critic"],
     ],
     ids=["td3-critic", "td3-model", "ddpg-critic"],
 )
@@ -330,14 +330,23 @@ def test_each_learner_resumes_bit_exactly(tmp_path, learning):
     """TD3 (twin critics, smoothing noise, delayed actor steps) and DDPG, with both actor objectives: N generations, a
     resume and M more equal N + M, parameters, moments, step counts and metrics rows."""
     settings = [arg for item in learning for arg in ("--set", item)]
-    common = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--seed", "2", "--set", "ddpg.learning_starts=0"]
+    common = [
+        "--preset",
+        "smoke",
+        "--checkpoint-uri",
+        str(tmp_path),
+        "--seed",
+        "2",
+        "--set",
+        "learner.learning_starts=0",
+    ]
     assert run_main(*common, *settings, "--run-name", "whole", "--generations", "3") == 0
     assert run_main(*common, *settings, "--run-name", "parts", "--generations", "2") == 0
     assert run_main("--checkpoint-uri", str(tmp_path), "--run-name", "parts", "--resume", "--generations", "3") == 0
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert [deterministic(r) for r in rows(parts)] == [deterministic(r) for r in rows(whole)]
     assert state_digest(parts) == state_digest(whole)
-    if "ddpg.algorithm=td3" in learning:
+    if "learner.algorithm=td3" in learning:
         state = checkpoint.read_tensors(checkpoint.open_generation(whole), "population")
         assert any(key.startswith("twin_critic.") for key in state)
         steps = checkpoint.read_document(checkpoint.open_generation(whole), "state")

@@ -10,7 +10,7 @@ from training.setup import load_market
 
 
 def smoke(**settings):
-    config = override(preset("smoke"), {"runtime.device": "cpu", "ddpg.buffer_size": 500, **settings})
+    config = override(preset("smoke"), {"runtime.device": "cpu", "learner.buffer_size": 500, **settings})
     return config, load_market(config, torch.device("cpu"))
 
 
@@ -19,7 +19,7 @@ def test_the_parts_fit_the_config_and_share_the_population_and_the_buffer():
     parts = build_parts(config, market)
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     assert parts.population.actor.encoder.mlp.layers[0].weight.shape[:2] == (popsize, config.env.lookback * 6)
-    assert parts.buffer.capacity == 500 and parts.buffer.sample_shape == (popsize, config.ddpg.batch_size)
+    assert parts.buffer.capacity == 500 and parts.buffer.sample_shape == (popsize, config.learner.batch_size)
     assert parts.rollouts.population is parts.validation.population is parts.population
     assert parts.updates.learner is parts.population.learner
     assert parts.rollouts.buffer is parts.updates.buffer is parts.buffer

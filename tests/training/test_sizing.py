@@ -19,7 +19,7 @@ def _sizes(market, processes: int = 1) -> dict:
 
 
 def test_on_the_cpu_the_checkpoint_copies_count_in_the_memory_check(monkeypatch):
-    config = override(preset("default"), {"ddpg.buffer_size": 1_000_000})
+    config = override(preset("default"), {"learner.buffer_size": 1_000_000})
     market = load_market(config, torch.device("cpu"))
     needs = sizing.process_bytes(config, **_sizes(market))
     host = sizing.host_bytes(config, **_sizes(market))
@@ -34,7 +34,7 @@ def test_on_the_cpu_the_checkpoint_copies_count_in_the_memory_check(monkeypatch)
 
 def test_a_process_of_several_needs_room_for_its_share_of_the_agents_and_the_whole_ring(monkeypatch):
     config = override(
-        preset("default"), {"evolution.popsize": 64, "ddpg.batch_size": 1024, "ddpg.observation_noise": 0.1}
+        preset("default"), {"evolution.popsize": 64, "learner.batch_size": 1024, "learner.observation_noise": 0.1}
     )
     market = load_market(config, torch.device("cpu"))
     whole, half = sizing.process_bytes(config, **_sizes(market)), sizing.process_bytes(config, **_sizes(market, 2))

@@ -20,12 +20,12 @@ WIDTHS = {"model.encoder_hidden": 12, "model.embedding": 6, "model.head_hidden":
 
 
 def _config(**values) -> Config:
-    values = {**WIDTHS, "env.lookback": 1, "evolution.popsize": POPSIZE, "ddpg.batch_size": BATCH, **values}
+    values = {**WIDTHS, "env.lookback": 1, "evolution.popsize": POPSIZE, "learner.batch_size": BATCH, **values}
     return override(preset("smoke"), values)
 
 
 def _population(config: Config, slots: range | None = None) -> Population:
-    learning = dataclasses.asdict(config.ddpg)
+    learning = dataclasses.asdict(config.learner)
     return make_population(config.evolution.popsize, WINDOW, model=config.model, slots=slots, **learning)
 
 
@@ -35,7 +35,7 @@ def _bytes(tensors) -> int:
 
 LEARNERS = pytest.mark.parametrize(
     "learning",
-    [{}, {"ddpg.algorithm": "td3", "ddpg.gamma": 0.9, "ddpg.actor_objective": "critic"}],
+    [{}, {"learner.algorithm": "td3", "learner.gamma": 0.9, "learner.actor_objective": "critic"}],
     ids=["ddpg", "td3"],
 )
 
@@ -60,10 +60,10 @@ def test_the_population_count_is_the_bytes_of_a_real_population(slots, learning)
 
 
 def test_the_ring_count_is_the_bytes_of_a_real_ring():
-    config = _config(**{"ddpg.buffer_size": 1000, "env.lookback": 1})
+    config = _config(**{"learner.buffer_size": 1000, "env.lookback": 1})
     market = make_market(num_assets=ASSETS)
     ring = ReplayBuffer(
-        config.ddpg.buffer_size,
+        config.learner.buffer_size,
         ASSETS,
         WindowGatherer(market.features, 1),
         market.relatives,
@@ -83,12 +83,12 @@ UPDATE_CASES = pytest.mark.parametrize(
     "values",
     [
         {},  # the default: the model objective, gamma 0
-        {"ddpg.gamma": 0.9},
-        {"ddpg.actor_objective": "critic", "ddpg.gamma": 0.9},
-        {"ddpg.tilt_penalty": 0.1},
+        {"learner.gamma": 0.9},
+        {"learner.actor_objective": "critic", "learner.gamma": 0.9},
+        {"learner.tilt_penalty": 0.1},
         {"model.bf16_encoder": True},
-        {"model.bf16_encoder": True, "ddpg.actor_objective": "critic", "ddpg.gamma": 0.9},
-        {"ddpg.algorithm": "td3", "ddpg.gamma": 0.9},
+        {"model.bf16_encoder": True, "learner.actor_objective": "critic", "learner.gamma": 0.9},
+        {"learner.algorithm": "td3", "learner.gamma": 0.9},
     ],
     ids=["model", "model-gamma", "critic", "tilt", "bf16", "bf16-critic", "td3"],
 )

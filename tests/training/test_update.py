@@ -19,7 +19,7 @@ def trainer_with(root, **settings) -> Trainer:
 
 
 def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
-    summed, stepped = (trainer_with(tmp_path / name, **{"ddpg.gamma": 0.9}) for name in ("summed", "stepped"))
+    summed, stepped = (trainer_with(tmp_path / name, **{"learner.gamma": 0.9}) for name in ("summed", "stepped"))
     frozen = torch.zeros(summed.config.evolution.popsize, dtype=torch.bool)
     summed.updates.begin(frozen=frozen)
     for index in range(3):
@@ -46,7 +46,7 @@ def test_frozen_elites_take_no_actor_step_and_the_others_do(tmp_path, monkeypatc
         {
             "checkpoint.uri": str(tmp_path),
             "evolution.frozen_elites": True,
-            "ddpg.learning_starts": 0,
+            "learner.learning_starts": 0,
             "runtime.generations": 2,
         },
     )
@@ -71,7 +71,7 @@ def test_frozen_elites_take_no_actor_step_and_the_others_do(tmp_path, monkeypatc
 
 
 def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffer(tmp_path, monkeypatch):
-    """ddpg.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
+    """learner.observation_noise: the same transitions as without it, their features plus N(0, stdev), drawn into one
     buffer allocated once."""
     seen: dict[str, list] = {"quiet": [], "noisy": []}
 
@@ -84,8 +84,8 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
 
         return update
 
-    quiet = trainer_with(tmp_path / "quiet", **{"ddpg.observation_noise": 0.0})
-    noisy = trainer_with(tmp_path / "noisy", **{"ddpg.observation_noise": 0.5})
+    quiet = trainer_with(tmp_path / "quiet", **{"learner.observation_noise": 0.0})
+    noisy = trainer_with(tmp_path / "noisy", **{"learner.observation_noise": 0.5})
     for name, trainer in (("quiet", quiet), ("noisy", noisy)):
         monkeypatch.setattr(trainer.updates.learner, "update", capture(name, trainer.updates.learner))
         trainer.updates.step()
@@ -110,7 +110,7 @@ def test_with_the_default_settings_a_critic_nothing_reads_changes_no_actor_fitne
 
     def run(name: str) -> tuple[Trainer, list[dict]]:
         config = override(
-            preset("smoke"), {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "ddpg.learning_starts": 0}
+            preset("smoke"), {"checkpoint.uri": str(tmp_path / name), "runtime.seed": 3, "learner.learning_starts": 0}
         )
         trainer = start_run(config, log=lambda line: None).trainer
         found: list[dict] = []

@@ -140,7 +140,7 @@ def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
         (["--threads", "0"], "--threads must be >= 1, got 0"),
         (["--name", "../up"], "--name must be a plain folder name"),
         (["--checkpoint-uri", "gs://bucket/x"], "local folder"),
-        (["--set", "ddpg.gamma=2"], "ddpg.gamma"),
+        (["--set", "learner.gamma=2"], "learner.gamma"),
         pytest.param(
             ["--device", "cuda"],
             "no CUDA device",
