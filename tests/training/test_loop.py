@@ -226,7 +226,7 @@ def test_a_run_stopped_before_its_last_look_resumes_as_one_never_stopped(tmp_pat
         "data.validation_days": 252,
         "data.holdout_days": 63,
         "evolution.popsize": 8,
-        "ddpg.buffer_size": 50000,
+        "learner.buffer_size": 50000,
         "selection.method": "final",
         "runtime.generations": 6,
         "runtime.progress": False,
