@@ -31,9 +31,13 @@ from training.fitness import episode_returns, fitness, training_windows
 from training.graphs import GraphedStep
 from training.sharding import Sharding
 
-BLOCK_BYTES = 256 * 2**20
-"""Most bytes the windows' part of a block of days may hold at once: the encoder's activations and the heads'
-features of every agent, episode and asset of the block."""
+BLOCK_BYTES = {"cuda": 256 * 2**20, "cpu": 4 * 2**20}
+"""Most bytes the windows' part of a block of days may hold at once (the encoder's activations and the heads'
+features of every agent, episode and asset of the block), by device type. On CUDA a day's kernels are small and
+their launches the cost, so a block is as long as a modest share of memory allows (a default-preset episode is one
+block). On the CPU a block that outgrows the caches is slower than one day at a time: of budgets of 1 to 256 MiB,
+4 MiB was fastest on this project's CPU (default preset, one thread: validation 0.13 s against 0.20 s at 256 MiB and
+0.31 s before blocks; BENCHMARKS.md). Other devices take the CPU's."""
 FLOAT_BYTES = 4
 
 
@@ -47,9 +51,11 @@ def block_bytes_per_day(model: ModelConfig, *, agents: int, episodes: int, asset
     )
 
 
-def block_lengths(days: int, *, bytes_per_day: int) -> list[int]:
-    """``days`` cut into as few nearly equal blocks as keep each block's windows' part within ``BLOCK_BYTES``."""
-    most = max(1, min(days, BLOCK_BYTES // max(bytes_per_day, 1)))
+def block_lengths(days: int, *, bytes_per_day: int, device: torch.device | str) -> list[int]:
+    """``days`` cut into as few nearly equal blocks as keep each block's windows' part within the ``device``'s
+    ``BLOCK_BYTES``."""
+    budget = BLOCK_BYTES.get(torch.device(device).type, BLOCK_BYTES["cpu"])
+    most = max(1, min(days, budget // max(bytes_per_day, 1)))
     count = math.ceil(days / most)
     base, longer = divmod(days, count)
     return [base + 1] * longer + [base] * (count - longer)
@@ -211,7 +217,7 @@ class Rollouts:
         self.episodes_generator = generators["episodes"]
         self.exploration_generator = exploration = generators["exploration"]
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
-        self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day)
+        self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day, device=market.device)
         work = functools.partial(
             roll_out_episodes,
             population,
@@ -291,7 +297,7 @@ class Validation:
         self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
         self.actions[-1, :, 1:].fill_(1.0 / market.num_assets)  # equal weight: 1/N in every asset, nothing in cash
         per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
-        self.blocks = block_lengths(days, bytes_per_day=per_day)
+        self.blocks = block_lengths(days, bytes_per_day=per_day, device=market.device)
         windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)
         work = functools.partial(validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks)
         self.step = GraphedStep(functools.partial(self._days, work), device=market.device, enabled=graphs)

@@ -195,9 +195,12 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
     return peak.peak
 
 
-def working_bytes(config: Config, *, num_assets: int, num_features: int, processes: int = 1) -> dict[str, int]:
-    """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key).
-    Random draws are made for the whole population on every process (``training.sharding``), so they count all P."""
+def working_bytes(
+    config: Config, *, num_assets: int, num_features: int, processes: int = 1, device: torch.device | str = "cpu"
+) -> dict[str, int]:
+    """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key) on a
+    ``device`` of that type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``). Random draws are
+    made for the whole population on every process (``training.sharding``), so they count all P."""
     model, settings, rollout = config.model, config.learner, config.rollout
     popsize = config.evolution.popsize
     agents = popsize // processes
@@ -214,7 +217,7 @@ def working_bytes(config: Config, *, num_assets: int, num_features: int, process
     # (target * relatives, next weights, a weights clone).
     def block_bytes(rows: int, episodes: int, days: int) -> int:
         per_day = rollout_module.block_bytes_per_day(model, agents=rows, episodes=episodes, assets=num_assets)
-        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day))
+        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day, device=device))
         day = FLOAT_BYTES * rows * episodes * (2 * num_assets * model.head_hidden + 2 * model.head_hidden)
         return per_day * longest + day
 
@@ -296,7 +299,7 @@ def process_bytes(
         needs[OBSERVATION_NOISE] = popsize * batch * num_assets * window * FLOAT_BYTES
     if processes > 1:  # this process's transitions of a step and every process's (training.rollout.SharedSteps)
         needs[EXCHANGE] = (agents + popsize) * episodes * (3 * n1 + 1) * FLOAT_BYTES
-    phases = working_bytes(config, num_assets=num_assets, num_features=num_features, processes=processes)
+    phases = working_bytes(config, num_assets=num_assets, num_features=num_features, processes=processes, device=device)
     largest = max(phases, key=phases.__getitem__)
     needs[PHASES[largest]] = phases[largest]
     if torch.device(device).type == "cuda":

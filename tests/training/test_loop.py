@@ -302,7 +302,7 @@ def test_the_days_in_blocks_trade_as_the_days_one_at_a_time(tmp_path, monkeypatc
         return start_run(config, log=lambda line: None).trainer
 
     blocks = built("blocks")
-    monkeypatch.setattr(rollout, "BLOCK_BYTES", 1)
+    monkeypatch.setitem(rollout.BLOCK_BYTES, "cpu", 1)
     days = built("days")
     assert len(blocks.rollouts.blocks) < len(days.rollouts.blocks) == blocks.config.env.episode_days
     assert len(days.validation.blocks) == len(blocks.market.splits.validation) > len(blocks.validation.blocks)
