@@ -286,9 +286,9 @@ class RuntimeConfig:
     census_share: float = 0.01
     """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
     cuda_graphs: bool = True
-    """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (training.graphs)."""
+    """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (runtime.graphs)."""
     torch_compile: bool = False
-    """Fuse the update's and the days' arithmetic with torch.compile (training.compiled); off until a GPU has run it."""
+    """Fuse the update's and the days' arithmetic with torch.compile (runtime.compiled); off until a GPU has run it."""
     collective_timeout_s: float = 300.0
     """Under torchrun: seconds an exchange waits for the other processes before the job fails (a node lost)."""
 

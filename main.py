@@ -112,9 +112,9 @@ def train(argv: list[str]) -> int:
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
+    from runtime.sharding import Ranks
     from training.loop import RunStopped
     from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
-    from training.sharding import Ranks
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
     from utils.tensorboard import MISSING_MESSAGE, TensorBoardLog, tensorboard_available
@@ -122,7 +122,7 @@ def train(argv: list[str]) -> int:
     if args.tensorboard and not tensorboard_available():
         raise InputError(MISSING_MESSAGE)
     with contextlib.ExitStack() as stack:
-        # Under torchrun, one process of several: the leader speaks, writes and uploads (training.sharding).
+        # Under torchrun, one process of several: the leader speaks, writes and uploads (runtime.sharding).
         ranks = Ranks.connect(timeout_s=config.runtime.collective_timeout_s) if Ranks.launched() else Ranks()
         stack.callback(ranks.close)
         stop = stack.enter_context(StopRequest())

@@ -7,7 +7,7 @@
 
 One batched update of every agent (``Updates.step``: the buffer's sample, both losses and backward passes, the
 per-agent clip, both Adams, Polyak averaging), timed over ``--updates`` calls after the buffer is filled by rollouts
-and the first calls are left out; with ``runtime.cuda_graphs`` on CUDA, as the loop runs it (``training.graphs``).
+and the first calls are left out; with ``runtime.cuda_graphs`` on CUDA, as the loop runs it (``runtime.graphs``).
 The counts below are of one eager call: the same on every device.
 
 * FLOP per update: counted by ``torch.utils.flop_counter`` (matmuls; elementwise work is not counted).
@@ -54,8 +54,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from config import override, parse_assignments, preset
+from runtime.device import resolve_device
 from training.loop import Trainer
-from training.setup import load_market, resolve_device
+from training.setup import load_market
 
 SPEC_PEAKS = {
     # name fragment: (dense float32 FLOP/s, dense TF32 FLOP/s, memory bytes/s), the makers' data sheets

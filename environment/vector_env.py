@@ -57,7 +57,7 @@ class VectorPortfolioEnv:
     """P agents x E episodes of ``episode_days`` steps each, in lockstep, on ``market``'s device.
 
     ``apply`` is a day's step as device work only (the day within the window is counted on the device too), so a
-    day can be captured once and replayed as a CUDA graph (``training.graphs``); ``step`` is ``apply`` with the
+    day can be captured once and replayed as a CUDA graph (``runtime.graphs``); ``step`` is ``apply`` with the
     window's end checked on the host, for loops that run eagerly.
     """
 

@@ -75,7 +75,7 @@ class Learner:
         device: where every tensor lives.
         generator: draws the initial parameters.
         rows: the agents of a larger population these are (``models.networks.Rows``): every draw is made for all of
-            it, so an agent's values do not depend on how the population is split over processes.
+            it, so an agent's values do not depend on how the population is split.
         per_agent_lr: give the actor's optimiser a per-agent learning-rate scale (``BatchedAdam.lr_scale``).
         noise_generator: the device stream TD3's target smoothing noise is drawn from (the replay batches' stream).
     """

@@ -45,7 +45,7 @@ HEAD_INIT_SCALE = 0.1
 
 
 class Rows(NamedTuple):
-    """The slots ``slots`` of a population of ``popsize``: what one process holds when the population is sharded."""
+    """The slots ``slots`` of a population of ``popsize``: the share of a larger population a module holds."""
 
     popsize: int
     slots: range

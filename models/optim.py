@@ -48,7 +48,7 @@ class BatchedAdam:
         self.eps = eps
         self.max_grad_norm = max_grad_norm
         device = self.params[0].device
-        # Steps taken, counted on the device: a step captured in a CUDA graph (training.graphs) reads its bias
+        # Steps taken, counted on the device: a step captured in a CUDA graph (runtime.graphs) reads its bias
         # corrections from here on every replay, where a Python count would stay what it was at the capture.
         self.step_count = torch.zeros((), dtype=torch.float64, device=device)
         self._half = torch.tensor(0.5, dtype=torch.float64, device=device)  # a square root as Python's ** 0.5 takes it

@@ -27,7 +27,7 @@ class Population:
         cost_rate: the environment's, for the learner's ``model`` objective.
         device: where every tensor lives.
         generator: draws the initial parameters.
-        slots: the slots this process holds when the population is sharded (``training.sharding``); all of them
+        slots: the slots held here when the population is split (by ``runtime.sharding``); all of them
             by default. Tensors then have ``len(slots)`` rows, drawn as the same slots of an unsharded population.
         frozen_elites: the actors' optimiser takes a per-agent learning-rate scale (``evolution.frozen_elites``).
         noise_generator: the learner's device stream for the randomness of its updates (``models.learner``).
@@ -49,7 +49,7 @@ class Population:
     ) -> None:
         self.popsize = popsize
         self.slots = range(popsize) if slots is None else slots
-        local = len(self.slots)  # the agents this process holds: all of them unless the population is sharded
+        local = len(self.slots)  # the agents held here: all of them unless the population is split
         rows = None if local == popsize else Rows(popsize, self.slots)
         self.device = torch.device(device)
         self.learner = Learner(

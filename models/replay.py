@@ -71,7 +71,7 @@ class ReplayBuffer:
         relatives: (T, N) price relatives of the market (read, never written).
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
-        rows: the agents of the P whose batches this process trains (all by default): every ``sample`` draws
+        rows: the agents of the P whose batches are trained here (all by default): every ``sample`` draws
             for all P and keeps these rows, so an agent's batches do not depend on how the population is split.
     """
 

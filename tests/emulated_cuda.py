@@ -7,7 +7,7 @@ CPU run), while every operation is checked the way a GPU checks it, and more str
 
 * a host-only read of a device tensor: ``.numpy()`` and ``numpy.asarray`` (a GPU refuses them too), ``.item()``,
   ``float()``, ``int()``, ``bool()``, ``.tolist()``, ``torch.equal``: results come to the host as tensors
-  (``training.boundary.to_host``), never as Python values straight off the device, which a GPU allows at the price
+  (``runtime.boundary.to_host``), never as Python values straight off the device, which a GPU allows at the price
   of a synchronisation each;
 * a host tensor in device arithmetic, or a device tensor indexing a host one; as on a GPU, a 0-dim host tensor passes
   as a scalar, and host index tensors may index a device tensor;

@@ -1,4 +1,4 @@
-"""``main.py`` under checks of what crosses between processes (tests/training/test_collectives.py).
+"""``main.py`` under checks of what crosses between processes (tests/runtime/test_collectives.py).
 
 Run by the tests, directly or under ``torchrun``:
 
@@ -8,7 +8,7 @@ Run by the tests, directly or under ``torchrun``:
   model, driver or library could make of the same numbers), which flips its answer under that rule;
 * with ``$CHECKED_LOG`` a folder, the device group is a gloo group of its own (as NCCL's would be on CUDA) and
   every collective is recorded in ``collectives-<RANK>.jsonl``: the operation, the method of
-  ``training.sharding`` that issued it, the group it ran on (``device`` or ``host``) and its tensors' devices.
+  ``runtime.sharding`` that issued it, the group it ran on (``device`` or ``host``) and its tensors' devices.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def record_collectives(log: Path, rank: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from training import sharding
+    from runtime import sharding
 
     init = sharding.Sharding.__init__
 
@@ -71,7 +71,7 @@ def record_collectives(log: Path, rank: str) -> None:
         def call(*args, **kwargs):
             caller = next(
                 (f.function for f in inspect.stack()[1:] if str(Path(f.filename).resolve()) == source),
-                "(outside training.sharding)",
+                "(outside runtime.sharding)",
             )
             group = kwargs.get("group")
             where = "device" if group is not None and any(group is g for g in sharding_groups) else "host"

@@ -29,7 +29,7 @@ if __name__ == "__main__":
         Path(os.environ["SHARDED_PIDS"], f"rank-{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     trainer.choose_champion = lambda edges, *_, **__: int(edges.argmax())
     if os.environ.get("SHARDED_LOG"):
-        from training.sharding import Sharding
+        from runtime.sharding import Sharding
 
         log = Path(os.environ["SHARDED_LOG"])
         rank = os.environ.get("RANK", "0")

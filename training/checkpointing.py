@@ -30,8 +30,8 @@ from persistence.provenance import describe_device
 from persistence.staging import StagingBuffers
 from persistence.state_document import build_state, read_state
 from persistence.writer import CheckpointWriter
+from runtime.sharding import Sharding
 from training.selection import Champion
-from training.sharding import Sharding
 from training.streams import HOST_STREAMS
 from utils.errors import CheckpointError
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 
 from models.population import Population
-from training.sharding import Sharding
+from runtime.sharding import Sharding
 
 
 class EvolutionPlan(NamedTuple):
@@ -98,7 +98,7 @@ class Donors(NamedTuple):
     """Where offspring read their parents' and mates' rows: slot ``s`` is row ``row_of[s]`` of each table.
 
     In one process the tables are the tensors themselves; with the population sharded over processes
-    (``training.sharding``) each table is the rows held here followed by the rows fetched from other ranks.
+    (``runtime.sharding``) each table is the rows held here followed by the rows fetched from other ranks.
     """
 
     tables: list[torch.Tensor]

@@ -18,7 +18,7 @@ One generation, as ``Trainer.run_generation`` reads:
 Step 4 changes the parameters after they were measured; the next generation's step 1 measures them again before
 anything selects on them. Everything the loop uses is built once, before the first generation
 (``training.parts``); each phase runs on the training device, and its results come to the host in one place
-(``training.boundary``).
+(``runtime.boundary``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import torch
 from config import Config
 from environment.market import Market
 from persistence.provenance import market_fingerprint
-from training.boundary import to_host
+from runtime.boundary import to_host
+from runtime.sharding import Sharding
 from training.checkpointing import Checkpointing, TrainerState
 from training.evolution import EvolutionPlan, evolve_, plan_generation
 from training.parts import build_parts
@@ -49,7 +50,6 @@ from training.selection import (
     edges,
     selection_z,
 )
-from training.sharding import Sharding
 from training.streams import HOST_STREAMS, seed_device_streams
 from utils.errors import CheckpointError
 from utils.telemetry import PhaseTimer, Telemetry

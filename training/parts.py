@@ -14,12 +14,12 @@ from environment.observation import WindowGatherer
 from models.population import Population
 from models.replay import ReplayBuffer
 from persistence.storage import parse_uri
-from training.boundary import to_host
-from training.compiled import CACHE_FOLDER, Compilation
+from runtime.boundary import to_host
+from runtime.compiled import CACHE_FOLDER, Compilation
+from runtime.device import set_matmul_precision
+from runtime.sharding import Sharding
 from training.rollout import Rollouts, Validation
 from training.selection import SequentialGate, validation_block_length
-from training.setup import set_matmul_precision
-from training.sharding import Sharding
 from training.streams import gate_generator, make_generators
 from training.update import Updates
 

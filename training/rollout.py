@@ -9,7 +9,7 @@ from its weights, trades, and writes its transitions. A block's size is set by t
 (``block_lengths``); its results do not depend on it.
 
 A phase's days are device work alone, on tensors that live as long as the run, so each phase's whole run of days
-is captured once and replayed as one CUDA graph (``training.graphs``); the host's part (the replay buffer's count)
+is captured once and replayed as one CUDA graph (``runtime.graphs``); the host's part (the replay buffer's count)
 comes after it.
 """
 
@@ -27,9 +27,9 @@ from environment.vector_env import Step, VectorPortfolioEnv
 from models.networks import Actor, ActorFeatures
 from models.population import Population
 from models.replay import ReplayBuffer
+from runtime.graphs import GraphedStep
+from runtime.sharding import Sharding
 from training.fitness import episode_returns, fitness, training_windows
-from training.graphs import GraphedStep
-from training.sharding import Sharding
 
 BLOCK_BYTES = {"cuda": 256 * 2**20, "cpu": 4 * 2**20}
 """Most bytes the windows' part of a block of days may hold at once (the encoder's activations and the heads'
@@ -174,7 +174,7 @@ class SharedSteps:
 class Rollouts:
     """The rollout phase of a run: every agent held here on E training windows in lockstep, the first
     ``stored_episodes`` with exploration noise and into the replay buffer, the rest noise-free on fitness windows
-    (``training.fitness``); built once, its days graphed with ``runtime.cuda_graphs`` (``training.graphs``).
+    (``training.fitness``); built once, its days graphed with ``runtime.cuda_graphs`` (``runtime.graphs``).
 
     Args:
         config: the run's config.
@@ -258,7 +258,7 @@ class Rollouts:
 
 class Validation:
     """Validation of a run: the agents held here, the champion and equal weight on the whole validation range as one
-    episode from cash; built once, its days graphed with ``runtime.cuda_graphs`` (``training.graphs``).
+    episode from cash; built once, its days graphed with ``runtime.cuda_graphs`` (``runtime.graphs``).
 
     The agents and the champion decide as one actor of P + 1 rows (``acting``, filled from the population once per
     validation), so each day is one forward of all of them; equal weight's action is fixed.

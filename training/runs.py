@@ -26,9 +26,10 @@ from persistence.provenance import describe_device, device_change_note
 from persistence.state_document import read_state
 from persistence.storage import Storage, parse_uri
 from persistence.uploader import CheckpointUploader
+from runtime.device import resolve_device
+from runtime.sharding import Ranks, Sharding
 from training.loop import Trainer
-from training.setup import load_market, resolve_device
-from training.sharding import Ranks, Sharding
+from training.setup import load_market
 from training.sizing import check_memory
 from utils.errors import CheckpointError, ConfigError
 from utils.paths import file_in_the_way

@@ -200,7 +200,7 @@ def working_bytes(
 ) -> dict[str, int]:
     """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key) on a
     ``device`` of that type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``). Random draws are
-    made for the whole population on every process (``training.sharding``), so they count all P."""
+    made for the whole population on every process (``runtime.sharding``), so they count all P."""
     model, settings, rollout = config.model, config.learner, config.rollout
     popsize = config.evolution.popsize
     agents = popsize // processes
@@ -271,7 +271,7 @@ def process_bytes(
     device: torch.device | str = "cpu",
 ) -> dict[str, int]:
     """Bytes one of ``processes`` needs on its training ``device``, by item (each named by the keys that size it):
-    what it allocates once, its slots of the population (P / W, ``training.sharding``) and the whole buffer, and the
+    what it allocates once, its slots of the population (P / W, ``runtime.sharding``) and the whole buffer, and the
     working memory of its largest phase."""
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     agents = popsize // processes

@@ -1,5 +1,5 @@
 """The update phase of a run: the learner's updates of every agent (``models.learner``) on batches from the replay
-buffer, each update one step replayed as a CUDA graph with ``runtime.cuda_graphs`` (``training.graphs``), its losses
+buffer, each update one step replayed as a CUDA graph with ``runtime.cuda_graphs`` (``runtime.graphs``), its losses
 summed on the device.
 
 What an update reads that is drawn (the batch, the observation noise on its windows) is drawn here, outside the
@@ -15,8 +15,8 @@ import torch
 from config import Config
 from models.learner import Learner
 from models.replay import ReplayBatch, ReplayBuffer
-from training.graphs import GraphedStep
-from training.sharding import Sharding
+from runtime.graphs import GraphedStep
+from runtime.sharding import Sharding
 
 
 class ObservationNoise(NamedTuple):

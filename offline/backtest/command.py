@@ -30,7 +30,7 @@ from offline.backtest.report import OUTPUTS, summarise, table, write_outputs
 from offline.backtest.results import result_path, run_fold, stored_result
 from offline.backtest.workers import FoldCrashedError, FoldsStopped, WorkerPool
 from persistence import checkpoint
-from training.setup import resolve_device
+from runtime.device import resolve_device
 from utils.cli import ArgumentParser
 from utils.errors import ConfigError, InputError
 from utils.paths import file_in_the_way
@@ -164,7 +164,7 @@ def _integers(text: str, flag: str) -> list[int]:
 def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
     from config import preset
-    from training.sharding import Ranks
+    from runtime.sharding import Ranks
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from offline.backtest.plan import Fold
-from training.sharding import Ranks
+from runtime.sharding import Ranks
 from training.sizing import CUDA_CONTEXT_BYTES, available_bytes, host_bytes, process_bytes
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from offline.backtest.progress import FoldBoard
-from training.sharding import Ranks
+from runtime.sharding import Ranks
 from utils.errors import ConfigError, InputError
 
 T = TypeVar("T")

@@ -12,9 +12,9 @@ from config import ModelConfig, override, preset
 from environment.market import Market, Splits
 from models.networks import Actor
 from offline.holdout import run_range, score_champion, untrained_actor
+from runtime.sharding import Sharding
 from tests.synthetic import make_population
 from training.rollout import Validation
-from training.sharding import Sharding
 
 A, B, INDEX_RELATIVE = 1.10, 0.95, 1.01
 COST = 0.01

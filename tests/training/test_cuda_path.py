@@ -19,6 +19,7 @@ import torch
 from config import override, preset
 from environment import vector_env
 from persistence import checkpoint
+from runtime import graphs
 from tests.emulated_cuda import (
     DeviceMismatchError,
     DeviceTensor,
@@ -29,7 +30,7 @@ from tests.emulated_cuda import (
     emulate_cuda,
 )
 from tests.run_checks import deterministic, rows, state_digest
-from training import graphs, loop, parts, rollout, update
+from training import loop, parts, rollout, update
 from training.evolution import EvolutionPlan
 from training.loop import Trainer
 from training.runs import start_run

@@ -23,13 +23,13 @@ import config as config_module
 from models.population import Population
 from models.replay import ReplayBuffer
 from persistence import checkpoint
+from runtime.sharding import Ranks, Sharding, check_node_address
 from tests import loopback_only
 from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
 from training.runs import RESUMABLE_CHANGES
-from training.sharding import Ranks, Sharding, check_node_address
 from utils.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

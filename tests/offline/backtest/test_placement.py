@@ -9,8 +9,8 @@ import torch
 
 from offline.backtest import placement
 from offline.backtest.plan import plan_folds
+from runtime.sharding import Ranks
 from tests.offline.backtest.builders import backtest_command, refusal, small_config
-from training.sharding import Ranks
 from training.sizing import CUDA_CONTEXT_BYTES, host_bytes, process_bytes
 from utils.errors import ConfigError
 

@@ -1,6 +1,6 @@
 """``torch.compile`` around the device arithmetic, applied in one place (``runtime.torch_compile``).
 
-Once the launches are graphed (``training.graphs``), a large update is bound by the bytes its unfused kernels move:
+Once the launches are graphed (``runtime.graphs``), a large update is bound by the bytes its unfused kernels move:
 each bias add, activation, optimiser pass and Polyak average reads and writes its tensors again. Compiling fuses
 them. As LeanRL wraps CleanRL's update, the algorithm's code is left as it reads and its functions are replaced here,
 on the objects that own them, by compiled versions: the learner's losses (``td_target``, ``critic_loss``,
@@ -12,7 +12,7 @@ device arithmetic on fixed shapes:
 * ``fullgraph=True``: a graph break is an error, not a silent fall-back to Python;
 * ``dynamic=False``: each function compiles once for each shape it meets (a few, all in the first generations);
   afterwards nothing recompiles (the buffer filling, evolution's copies, the frozen elites' learning-rate scale and
-  a resume change values, never shapes or Python constants: ``tests/training/test_compiled.py``);
+  a resume change values, never shapes or Python constants: ``tests/runtime/test_compiled.py``);
 * inside a CUDA graph: the first calls, which compile, run before the capture (``GraphedStep``'s warm-up).
 
 The compiled kernels are cached on disk (``TORCHINDUCTOR_CACHE_DIR``, by default ``.torch-compile-cache`` in the

@@ -1,11 +1,11 @@
-"""Where device results come to the host (``training.boundary``): host tensors, detached, in the dtype asked."""
+"""Where device results come to the host (``runtime.boundary``): host tensors, detached, in the dtype asked."""
 
 from __future__ import annotations
 
 import torch
 
+from runtime.boundary import to_host
 from tests.emulated_cuda import DeviceTensor, emulate_cuda
-from training.boundary import to_host
 
 
 def test_device_results_come_over_as_detached_host_tensors():

@@ -21,7 +21,7 @@ What a step must be for that (the rollout's and validation's days and the update
   eager call would have drawn, and reseeding a generator between replays is seen.
 
 On the CPU, and with ``runtime.cuda_graphs`` off, a graphed step is the eager step itself: the numbers are the same,
-bit for bit, either way (``tests/training/test_graphs.py``, on the emulated CUDA device that replays graphs as a GPU
+bit for bit, either way (``tests/runtime/test_graphs.py``, on the emulated CUDA device that replays graphs as a GPU
 does).
 """
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from config import override, preset
-from training.setup import resolve_device, set_matmul_precision
+from runtime.device import resolve_device, set_matmul_precision
 from utils.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""The generation's device steps as CUDA graphs (``training.graphs``): the same numbers as the eager steps.
+"""The generation's device steps as CUDA graphs (``runtime.graphs``): the same numbers as the eager steps.
 
 On the emulated CUDA device of ``tests/emulated_cuda.py`` a capture runs nothing and a replay runs the recorded
 operations with what was baked in at the capture, as on a GPU; so a step that were not graph-safe (a Python count
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from config import override, preset
+from runtime.graphs import GraphedStep
 from tests.emulated_cuda import SyncError, emulate_cuda
 from tests.run_checks import deterministic, rows, state_digest
-from training.graphs import GraphedStep
 from training.loop import Trainer
 from training.runs import resume_run, start_run
 

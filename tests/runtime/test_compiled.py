@@ -1,4 +1,4 @@
-"""``runtime.torch_compile`` (``training.compiled``): the compiled learner computes the eager one's numbers to a stated
+"""``runtime.torch_compile`` (``runtime.compiled``): the compiled learner computes the eager one's numbers to a stated
 tolerance; a compiled run has no graph break, compiles nothing after its first generations (the buffer filling,
 evolution's copies, the frozen elites' scale and a resume change no shape), resumes bit for bit, reports its compile
 time once and finds its kernels in the disk cache after a restart.
@@ -15,9 +15,9 @@ import torch._dynamo
 from config import LearnerConfig, ModelConfig, override, preset
 from models.learner import Learner
 from models.replay import ReplayBatch
+from runtime.compiled import Compilation
 from tests.run_checks import state_digest
 from tests.synthetic import replay_batch
-from training.compiled import Compilation
 from training.runs import resume_run, start_run
 
 P, B, N, WINDOW = 3, 8, 3, 6
