@@ -22,6 +22,7 @@ import sys
 from typing import Any, NoReturn
 
 import config as config_module
+from persistence import run_folder
 from utils.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -146,7 +147,7 @@ def train(argv: list[str]) -> int:
         board = None
         if args.tensorboard and ranks.is_leader:  # a resumed run hides what it logged past the checkpoint
             board = stack.enter_context(
-                TensorBoardLog(trainer.run_dir / "tensorboard", purge_step=trainer.generation + 1)
+                TensorBoardLog(trainer.run_dir / run_folder.TENSORBOARD_NAME, purge_step=trainer.generation + 1)
             )
 
         def on_generation(row: dict[str, Any]) -> None:

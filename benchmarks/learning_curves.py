@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from persistence import run_folder
 from persistence.jsonl import read_rows
 
 
@@ -31,7 +32,7 @@ def curves(run: Path) -> list[dict[str, float]]:
             "fitness": row["mean_fitness"],
             "z": row["selection_z"],
         }
-        for row in read_rows(run / "metrics.jsonl")
+        for row in read_rows(run_folder.metrics_path(run))
     ]
 
 

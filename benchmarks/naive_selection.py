@@ -21,11 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import Config, override
 from offline.holdout import run_range
+from persistence import run_folder
 from training.runs import train_to_end
 
 
 def naive_fold(run_dir: Path) -> dict:
-    config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+    config = Config.from_dict(json.loads(run_folder.config_path(run_dir).read_text()))
     config = override(
         config,
         {"checkpoint.uri": str(run_dir.parent), "checkpoint.run_name": run_dir.name, "runtime.progress": False},
@@ -56,7 +57,7 @@ def main() -> None:
     parser.add_argument("backtest", type=Path, help="a backtest folder (runs/backtest by default)")
     parser.add_argument("--json-out", help="write the rows as JSON here")
     args = parser.parse_args()
-    folds = sorted(p for p in args.backtest.glob("fold-*-seed-*") if (p / "config.json").is_file())
+    folds = sorted(p for p in args.backtest.glob("fold-*-seed-*") if run_folder.is_run_folder(p))
     if not folds:
         raise SystemExit(f"error: no finished fold under {args.backtest}")
     rows = []

@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from persistence import run_folder  # noqa: E402 (after the path)
 from tests import loopback_only  # noqa: E402 (after the path)
 
 PHASES = ("rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s")
@@ -67,7 +68,7 @@ def run(population: int, processes: int, args: argparse.Namespace, root: Path) -
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    rows = [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_folder.metrics_path(root / name).read_text().splitlines()]
     measured = rows[args.warmup :] or rows
     figures = {key: statistics.median(r[key] for r in measured) for key in ("generation_s", *PHASES)}
     figures["wall_s"] = time.perf_counter() - started

@@ -41,7 +41,7 @@ import torch
 
 from models.replay import holds_the_buffer
 from offline.plots import plot_history
-from persistence import checkpoint, remote
+from persistence import checkpoint, remote, run_folder
 from persistence.jsonl import finite_or_null
 from persistence.state_document import history_problem, state_problem
 from training.records import selection_verdict
@@ -113,7 +113,7 @@ def _is_generation_folder(path: Path) -> bool:
 
 def _run_of(gen_dir: Path) -> Path | None:
     parent = gen_dir.parent
-    return parent if (parent / "config.json").is_file() else None
+    return parent if run_folder.is_run_folder(parent) else None
 
 
 TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folder"
@@ -155,7 +155,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
         return Located(gen, _run_of(path), problems, [gen.generation] if intact else [], [], is_run=False)
 
     folders = checkpoint.generation_folders(path)
-    if not folders and not (path / "config.json").is_file():
+    if not folders and not run_folder.is_run_folder(path):
         raise CheckpointError(
             f"{path} is neither a run folder (config.json, gen-NNNNNN folders) nor a generation folder (manifest.json)"
         )
@@ -273,7 +273,7 @@ def _run_config(located: Located, state: Any, notes: list[str]) -> dict[str, Any
         return state["config"]
     if located.run_dir is None:
         return None
-    path = located.run_dir / "config.json"
+    path = run_folder.config_path(located.run_dir)
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:

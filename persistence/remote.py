@@ -16,10 +16,9 @@ from pathlib import Path
 
 from persistence import checkpoint
 from persistence.gcs import open_storage
+from persistence.run_folder import CONFIG_NAME
 from persistence.storage import PreconditionFailed, Storage, parse_uri
 from utils.errors import CheckpointError
-
-CONFIG_NAME = "config.json"
 
 
 def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
@@ -188,7 +187,7 @@ def fetch_generation(
     gen_dir = run_dir / checkpoint.generation_dirname(generation)
     gen_dir.mkdir(parents=True)
     try:
-        storage.download_file(f"{run_key}/config.json", run_dir / "config.json")
+        storage.download_file(f"{run_key}/{CONFIG_NAME}", run_dir / CONFIG_NAME)
         left = _download_generation(storage, f"{run_key}/{gen_dir.name}", gen_dir, skip=skip)
     except FileNotFoundError as error:
         raise CheckpointError(f"{uri}: not a complete checkpoint in the bucket ({error})") from None

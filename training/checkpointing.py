@@ -25,7 +25,7 @@ from config import Config
 from environment.market import Market
 from models import replay
 from models.replay import ReplayState, holds_the_buffer
-from persistence import checkpoint, jsonl
+from persistence import checkpoint, jsonl, run_folder
 from persistence.provenance import describe_device
 from persistence.staging import StagingBuffers
 from persistence.state_document import build_state, read_state
@@ -82,7 +82,7 @@ class Checkpointing:
         on_checkpoint: Callable[[int, set[int]], None] | None = None,
     ) -> None:
         self.run_dir, self.config, self.market, self.fingerprint = run_dir, config, market, fingerprint
-        self.metrics_path = run_dir / "metrics.jsonl"
+        self.metrics_path = run_folder.metrics_path(run_dir)
         self.sharding = sharding
         self.on_checkpoint = on_checkpoint
         self.staging = StagingBuffers(market.device)

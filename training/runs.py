@@ -20,7 +20,7 @@ import torch
 
 from config import Config, dotted, override
 from environment.market import Market
-from persistence import checkpoint, recovery, remote
+from persistence import checkpoint, recovery, remote, run_folder
 from persistence.gcs import open_storage
 from persistence.provenance import describe_device, device_change_note
 from persistence.state_document import read_state
@@ -162,17 +162,17 @@ def _new_run(config: Config) -> tuple[Config, Path, Storage | None]:
         if recovery.has_checkpoint(run_dir):
             raise ConfigError(f"run folder {run_dir} already exists; use --resume or another --run-name")
         recovery.refuse_unusable_folders(run_dir)
-        _check_same_settings(_read_config_file(run_dir / "config.json", str(run_dir)), config, str(run_dir))
+        _check_same_settings(_read_config_file(run_folder.config_path(run_dir), str(run_dir)), config, str(run_dir))
     if storage is not None and remote.latest_in_bucket(storage, name) is not None:
         raise ConfigError(f"{storage.uri}/{name} already exists in the bucket; use --resume or another --run-name")
     if storage is not None:
         try:
-            stored = storage.read_bytes(f"{name}/config.json")
+            stored = storage.read_bytes(f"{name}/{run_folder.CONFIG_NAME}")
         except FileNotFoundError:
             stored = None
         if stored is not None:
             where = f"{storage.uri}/{name}"
-            _check_same_settings(_parse_config(stored, f"{where}/config.json"), config, where)
+            _check_same_settings(_parse_config(stored, f"{where}/{run_folder.CONFIG_NAME}"), config, where)
     return config, run_dir, storage
 
 
@@ -216,8 +216,8 @@ def _begin(
     device, market, sharding = _prepare(config, ranks)
     if ranks.is_leader:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
-        checkpoint.write_file_atomically(run_dir / "config.json", (config.to_json() + "\n").encode())
+        run_folder.metrics_path(run_dir).unlink(missing_ok=True)  # rows of an earlier start belong to no checkpoint
+        checkpoint.write_file_atomically(run_folder.config_path(run_dir), (config.to_json() + "\n").encode())
     run = _run(config, market, run_dir, storage, sharding, log=log, should_stop=should_stop)
     name = config.checkpoint.run_name
     where = f"{run_dir} (uploading to {storage.uri}/{name})" if storage else str(run_dir)
@@ -277,19 +277,19 @@ def find_run(root: Path, run_name: str = "") -> Path:
         run_dir = root / run_name
         if run_dir.is_symlink():
             raise CheckpointError(f"{run_dir} is a symbolic link, not a run folder; runs live only in {root}")
-        if not (run_dir / "config.json").is_file():
+        if not run_folder.is_run_folder(run_dir):
             raise CheckpointError(f"no run named {run_name!r} under {root}")
         return run_dir
     candidates = []
     for run_dir in root.iterdir() if root.is_dir() else []:
-        if run_dir.is_symlink() or not (run_dir / "config.json").is_file():
+        if run_dir.is_symlink() or not run_folder.is_run_folder(run_dir):
             continue
         generation = checkpoint.latest_generation(run_dir)
         if generation is not None:
             manifest = run_dir / checkpoint.generation_dirname(generation) / "manifest.json"
             candidates.append((manifest.stat().st_mtime, run_dir))
         else:
-            candidates.append(((run_dir / "config.json").stat().st_mtime, run_dir))
+            candidates.append((run_folder.config_path(run_dir).stat().st_mtime, run_dir))
     if not candidates:
         raise CheckpointError(f"nothing to resume: no run under {root}")
     return max(candidates)[1]
@@ -365,7 +365,7 @@ def _find_checkpoint(
     found = recovery.find_generation(run_dir, storage, resume_from)
     if found.generation is None and not found.damaged and resume_from is None:
         # Stopped before its first checkpoint: nothing was lost, so start it again with its own settings.
-        saved = _read_config_file(run_dir / "config.json", str(run_dir))
+        saved = _read_config_file(run_folder.config_path(run_dir), str(run_dir))
         _check_explicit(saved, explicit, run_dir)
         restarted = override(saved, {k: v for k, v in explicit.items() if k in RESUMABLE_CHANGES})
         log(f"{run_dir} has no complete generation yet: starting it from generation 0")
