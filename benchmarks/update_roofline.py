@@ -369,7 +369,7 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
         checked = profiler_check(update, device) if check_profiler else None
         compulsory = compulsory_bytes(trainer)
         # The loop's update, as the update phase calls it: graphed with runtime.cuda_graphs on CUDA.
-        trainer.updates.begin(frozen=torch.zeros(len(trainer.sharding.slots), dtype=torch.bool))
+        trainer.updates.begin(frozen=torch.zeros(trainer.sharding.share.agents, dtype=torch.bool))
         graphed = trainer.updates.steps[True]
         seconds = timed(lambda: trainer.updates(0), device, repeats=updates, warmup=graphed.warmup + 2)  # past capture
         precision = torch.get_float32_matmul_precision()

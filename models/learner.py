@@ -40,9 +40,10 @@ import torch
 
 from config import LearnerConfig, ModelConfig
 from environment.kernel import portfolio_step
-from models.networks import Actor, Critic, Rows
+from models.networks import Actor, Critic
 from models.optim import BatchedAdam
 from models.replay import ReplayBatch
+from models.share import Share
 
 
 class Inheritance(NamedTuple):
@@ -74,8 +75,8 @@ class Learner:
         cost_rate: the environment's, for the ``model`` objective.
         device: where every tensor lives.
         generator: draws the initial parameters.
-        rows: the agents of a larger population these are (``models.networks.Rows``): every draw is made for all of
-            it, so an agent's values do not depend on how the population is split.
+        share: the agents of a larger population these are (``models.share``; all ``agents`` by default): every
+            draw is made for all of it, so an agent's values do not depend on how the population is split.
         per_agent_lr: give the actor's optimiser a per-agent learning-rate scale (``BatchedAdam.lr_scale``).
         noise_generator: the device stream TD3's target smoothing noise is drawn from (the replay batches' stream).
     """
@@ -90,13 +91,13 @@ class Learner:
         cost_rate: float,
         device: torch.device | str,
         generator: torch.Generator,
-        rows: Rows | None = None,
+        share: Share | None = None,
         per_agent_lr: bool = False,
         noise_generator: torch.Generator | None = None,
     ) -> None:
         self.settings = settings
         self.cost_rate = cost_rate
-        self.rows = rows
+        self.share = share or Share.whole(agents)
         twins = settings.algorithm == "td3"
         self.policy_delay = settings.policy_delay if twins else 1
         self.target_noise = settings.target_noise if twins else 0.0
@@ -108,7 +109,7 @@ class Learner:
             with torch.device(device):  # made where they live: the meta device (sizing) allocates nothing
                 online, target = kind(agents, window_size, model), kind(agents, window_size, model)
             if torch.device(device).type != "meta":  # shapes only there: no values to draw
-                online.reset_parameters(generator, rows=rows)
+                online.reset_parameters(generator, share=self.share)
                 with torch.no_grad():
                     for mine, theirs in zip(target.parameters(), online.parameters()):
                         mine.copy_(theirs)
@@ -236,11 +237,10 @@ class Learner:
         if self.target_noise == 0 or not self.reads_targets:
             return None
         if self._smoothing is None:  # allocated once, at the first update
-            popsize = like.shape[0] if self.rows is None else self.rows.popsize
-            self._draws = like.new_empty((popsize, *like.shape[1:]))
+            self._draws = like.new_empty((self.share.popsize, *like.shape[1:]))
             self._smoothing = torch.empty_like(like)
         torch.randn(self._draws.shape, generator=self.noise_generator, out=self._draws)
-        mine = self._draws if self.rows is None else self._draws[self.rows.slots.start : self.rows.slots.stop]
+        mine = self.share.mine(self._draws)
         clip = self.settings.target_noise_clip
         return torch.clamp(mine * self.target_noise, -clip, clip, out=self._smoothing)
 

@@ -35,6 +35,7 @@ from torch import nn
 
 from config import ModelConfig
 from environment.observation import Observation
+from models.share import Share
 
 CASH_LOGIT = -4.0
 """Initial bias of the cash logit: a new agent keeps about e^-4 / N of its value in cash."""
@@ -42,13 +43,6 @@ EQUAL_WEIGHT_CASH_LOGIT = -40.0
 """Cash logit of the equal-weight policy: below float32 resolution next to N logits of 0."""
 HEAD_INIT_SCALE = 0.1
 """The heads' last layers start at this fraction of the default scale: agents start as small tilts."""
-
-
-class Rows(NamedTuple):
-    """The slots ``slots`` of a population of ``popsize``: the share of a larger population a module holds."""
-
-    popsize: int
-    slots: range
 
 
 class BatchedLinear(nn.Module):
@@ -60,18 +54,15 @@ class BatchedLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(popsize, 1, out_features))
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator, *, scale: float = 1.0, rows: Rows | None = None) -> None:
+    def reset_parameters(self, generator: torch.Generator, *, scale: float = 1.0, share: Share | None = None) -> None:
         """Uniform(-b, b) with b = scale/sqrt(in), each agent drawn independently (nn.Linear's scale at 1).
 
-        ``rows``: this module holds only these slots of a larger population; the draw is made for all of it, so
-        each slot's values do not depend on how the population is split.
+        ``share``: this module holds only these agents of a larger population (``models.share``).
         """
         bound = scale / math.sqrt(self.weight.shape[1])
+        share = share or Share.whole(self.weight.shape[0])
         for tensor in (self.weight, self.bias):
-            shape = tensor.shape if rows is None else (rows.popsize, *tensor.shape[1:])
-            noise = torch.rand(shape, generator=generator, device=generator.device)
-            if rows is not None:
-                noise = noise[rows.slots.start : rows.slots.stop]
+            noise = share.draw(torch.rand, *tensor.shape[1:], generator=generator, device=generator.device)
             tensor.copy_(noise.to(tensor.device).mul_(2 * bound).sub_(bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,10 +90,10 @@ class BatchedMLP(nn.Module):
         self.final_activation = final_activation
 
     def reset_parameters(
-        self, generator: torch.Generator, *, last_scale: float = 1.0, rows: Rows | None = None
+        self, generator: torch.Generator, *, last_scale: float = 1.0, share: Share | None = None
     ) -> None:
         for index, layer in enumerate(self.layers):
-            layer.reset_parameters(generator, scale=last_scale if index == len(self.layers) - 1 else 1.0, rows=rows)
+            layer.reset_parameters(generator, scale=last_scale if index == len(self.layers) - 1 else 1.0, share=share)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         leading = x.shape[:-1]
@@ -122,8 +113,8 @@ class AssetEncoder(nn.Module):
         self.mlp = BatchedMLP(popsize, [window_size, model.encoder_hidden, model.embedding], final_activation=True)
         self.bf16 = model.bf16_encoder
 
-    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
-        self.mlp.reset_parameters(generator, rows=rows)
+    def reset_parameters(self, generator: torch.Generator, *, share: Share | None = None) -> None:
+        self.mlp.reset_parameters(generator, share=share)
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
         if not self.bf16:
@@ -153,10 +144,10 @@ class Actor(nn.Module):
         self.asset_head = BatchedMLP(popsize, [2 * model.embedding + 1, model.head_hidden, 1])
         self.cash_head = BatchedMLP(popsize, [model.embedding + 1, model.head_hidden, 1])
 
-    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
-        self.encoder.reset_parameters(generator, rows=rows)
-        self.asset_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, rows=rows)
-        self.cash_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, rows=rows)
+    def reset_parameters(self, generator: torch.Generator, *, share: Share | None = None) -> None:
+        self.encoder.reset_parameters(generator, share=share)
+        self.asset_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, share=share)
+        self.cash_head.reset_parameters(generator, last_scale=HEAD_INIT_SCALE, share=share)
         with torch.no_grad():
             self.cash_head.layers[-1].bias.add_(CASH_LOGIT)
 
@@ -220,9 +211,9 @@ class Critic(nn.Module):
         self.asset_head = BatchedMLP(popsize, [model.embedding + 2, model.head_hidden], final_activation=True)
         self.value_head = BatchedMLP(popsize, [model.head_hidden + 2, model.head_hidden, 1])
 
-    def reset_parameters(self, generator: torch.Generator, *, rows: Rows | None = None) -> None:
+    def reset_parameters(self, generator: torch.Generator, *, share: Share | None = None) -> None:
         for module in (self.encoder, self.asset_head, self.value_head):
-            module.reset_parameters(generator, rows=rows)
+            module.reset_parameters(generator, share=share)
 
     def features(self, obs: Observation) -> torch.Tensor:
         """The market's part of M observations -> (P, M, N, H): the asset head's first layer on the embeddings, with

@@ -13,7 +13,8 @@ import torch
 
 from config import LearnerConfig, ModelConfig
 from models.learner import Learner
-from models.networks import Actor, Rows
+from models.networks import Actor
+from models.share import Share
 
 
 class Population:
@@ -27,8 +28,8 @@ class Population:
         cost_rate: the environment's, for the learner's ``model`` objective.
         device: where every tensor lives.
         generator: draws the initial parameters.
-        slots: the slots held here when the population is split (by ``runtime.sharding``); all of them
-            by default. Tensors then have ``len(slots)`` rows, drawn as the same slots of an unsharded population.
+        share: the agents held here when the population is split (``models.share``, by ``runtime.sharding``);
+            all of them by default. Tensors then have ``share.agents`` rows, drawn as those of a whole population.
         frozen_elites: the actors' optimiser takes a per-agent learning-rate scale (``evolution.frozen_elites``).
         noise_generator: the learner's device stream for the randomness of its updates (``models.learner``).
     """
@@ -43,24 +44,22 @@ class Population:
         cost_rate: float = 0.0,
         device: torch.device | str,
         generator: torch.Generator,
-        slots: range | None = None,
+        share: Share | None = None,
         frozen_elites: bool = False,
         noise_generator: torch.Generator | None = None,
     ) -> None:
         self.popsize = popsize
-        self.slots = range(popsize) if slots is None else slots
-        local = len(self.slots)  # the agents held here: all of them unless the population is split
-        rows = None if local == popsize else Rows(popsize, self.slots)
+        self.share = share or Share.whole(popsize)
         self.device = torch.device(device)
         self.learner = Learner(
-            local,
+            self.share.agents,
             window_size,
             model,
             learning,
             cost_rate=cost_rate,
             device=device,
             generator=generator,
-            rows=rows,
+            share=self.share,
             per_agent_lr=frozen_elites,
             noise_generator=noise_generator,
         )
@@ -74,8 +73,8 @@ class Population:
             stdevs = torch.linspace(low, high, popsize)
         else:
             stdevs = torch.logspace(math.log10(low), math.log10(high), popsize)
-        # (len(slots),) belongs to the slot, never cloned
-        self.exploration_stdev = stdevs[self.slots.start : self.slots.stop].to(device, copy=True)
+        # (agents held here,) belongs to the slot, never cloned
+        self.exploration_stdev = self.share.mine(stdevs).to(device, copy=True)
 
     @property
     def actor(self) -> Actor:
@@ -112,7 +111,7 @@ class Population:
             expected = (self.popsize, *target.shape[1:]) if key in sharded else target.shape
             if tensors[key].shape != expected:
                 raise ValueError(f"{key}: shape {tuple(tensors[key].shape)} != {tuple(expected)}")
-            source = tensors[key][self.slots.start : self.slots.stop] if key in sharded else tensors[key]
+            source = self.share.mine(tensors[key]) if key in sharded else tensors[key]
             target.copy_(source)
 
     @torch.no_grad()

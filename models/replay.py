@@ -18,6 +18,7 @@ import torch
 
 from environment.kernel import with_cash
 from environment.observation import Observation, WindowGatherer
+from models.share import Share
 
 SEGMENTS = 16
 """A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
@@ -71,8 +72,8 @@ class ReplayBuffer:
         relatives: (T, N) price relatives of the market (read, never written).
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
-        rows: the agents of the P whose batches are trained here (all by default): every ``sample`` draws
-            for all P and keeps these rows, so an agent's batches do not depend on how the population is split.
+        share: the agents of the P whose batches are trained here (``models.share``; all by default): every
+            ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
     """
 
     def __init__(
@@ -84,13 +85,13 @@ class ReplayBuffer:
         *,
         sample_shape: tuple[int, int],
         device: torch.device | str,
-        rows: range | None = None,
+        share: Share | None = None,
     ) -> None:
         self.capacity = capacity
         self.gatherer = gatherer
         self.relatives = relatives
         self.sample_shape = sample_shape
-        self.rows = range(sample_shape[0]) if rows is None else rows
+        self.share = share or Share.whole(sample_shape[0])
         self.pos = 0  # the host's count of where the next transition goes (``commit``)
         self.size = 0
         n1 = num_assets + 1
@@ -104,8 +105,8 @@ class ReplayBuffer:
             "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
         }
         self._write_pos = torch.zeros((), dtype=torch.long, device=device)  # ``pos``, where ``write`` reads it
-        self._windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
-        self._next_windows = gatherer.empty(len(self.rows), sample_shape[1], device=device)
+        self._windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)
+        self._next_windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)
 
     def __len__(self) -> int:
         return self.size
@@ -181,11 +182,11 @@ class ReplayBuffer:
 
     @torch.no_grad()
     def sample(self, generator: torch.Generator) -> ReplayBatch:
-        """Uniform draw of (P, B) transitions, each agent its own, with windows rebuilt for the ``rows`` agents."""
+        """Uniform draw of (P, B) transitions, each agent its own, with windows rebuilt for the agents held here."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         index = torch.randint(self.size, self.sample_shape, generator=generator, device=generator.device)
-        return self.gather(index[self.rows.start : self.rows.stop].to(self.storage["days"].device))
+        return self.gather(self.share.mine(index).to(self.storage["days"].device))
 
     @torch.no_grad()
     def gather(self, index: torch.Tensor) -> ReplayBatch:

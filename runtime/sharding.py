@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from models.share import Share
 from utils.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ def _several_nodes(environ: Mapping[str, str]) -> bool:
 
 
 class Sharding:
-    """The slots of a population of ``popsize`` that this rank holds, and the collectives over them.
+    """The agents of a population of ``popsize`` that this rank holds (``share``), and the collectives over them.
 
     Args:
         popsize: P, the whole population.
@@ -268,9 +269,9 @@ class Sharding:
                 "every rank holds the same number of slots"
             )
         self.popsize = popsize
-        self.per_rank = popsize // world
-        start = self.ranks.rank * self.per_rank
-        self.slots = range(start, start + self.per_rank)
+        agents = popsize // world
+        self.share = Share(popsize, range(self.ranks.rank * agents, (self.ranks.rank + 1) * agents))
+        """The agents this rank holds: the same number on every rank, in rank order."""
         self.device = torch.device(device)
         self._device_group = None
         if self.ranks.distributed and self.device.type == "cuda":
@@ -287,7 +288,7 @@ class Sharding:
 
     def owner(self, slot: int) -> int:
         """The rank that holds ``slot``."""
-        return slot // self.per_rank
+        return slot // self.share.agents
 
     # ------------------------------------------------------------------ on the training device
 
@@ -311,7 +312,7 @@ class Sharding:
         if choice is not None:
             owner = self.owner(choice)
             if self.ranks.rank == owner:
-                population.crown(choice - self.slots.start)
+                population.crown(choice - self.share.slots.start)
             self.broadcast_(list(population.champion.parameters()), src=owner)
         return choice
 
@@ -334,7 +335,7 @@ class Sharding:
         dtype = tensors[0].dtype
         if any(t.dtype != dtype for t in tensors):
             raise TypeError("rows exchanged in one call must share a dtype")
-        sends = [[slot - self.slots.start for slot in needs[r] if self.owner(slot) == rank] for r in range(world)]
+        sends = [[slot - self.share.slots.start for slot in needs[r] if self.owner(slot) == rank] for r in range(world)]
         index = torch.tensor([i for rows in sends for i in rows], dtype=torch.long, device=self.device)
         packed = torch.cat([t[index].flatten(1) for t in tensors], dim=1) if len(index) else None
         send = packed if packed is not None else torch.empty((0, width), dtype=dtype, device=self.device)

@@ -46,10 +46,11 @@ def make_population(
     model=None,
     **learning,
 ):
-    """A small Population on the CPU (``slots``: the ones this process would hold of a sharded population; ``model``:
+    """A small Population on the CPU (``slots``: the ones held here of a split population; ``model``:
     its networks' ``ModelConfig``, by default all ``width`` wide; ``learning``: ``LearnerConfig`` fields)."""
     from config import LearnerConfig, ModelConfig
     from models.population import Population
+    from models.share import Share
 
     return Population(
         popsize,
@@ -58,7 +59,7 @@ def make_population(
         LearnerConfig(**{"actor_lr": 1e-3, "critic_lr": 1e-3, **learning}),
         device="cpu",
         generator=torch.Generator().manual_seed(seed),
-        slots=slots,
+        share=None if slots is None else Share(popsize, slots),
     )
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from models.population import Population
+from models.share import Share
 from runtime.sharding import Sharding
 
 
@@ -105,19 +106,20 @@ class Donors(NamedTuple):
     """One per tensor the plan is applied to, in the same order."""
     row_of: torch.Tensor
     """(P,) long, on the tables' device: -1 for a slot that is neither held nor fetched."""
-    local_slots: range
-    """The slots whose rows the tensors hold (row ``s - local_slots.start`` is slot ``s``)."""
+    share: Share
+    """The agents whose rows the tensors hold (row ``s - share.slots.start`` is slot ``s``)."""
 
     @classmethod
     def local(cls, tensors: list[torch.Tensor]) -> Donors:
         """Every slot of the population in the tensors themselves (one process holds them all)."""
         popsize = tensors[0].shape[0]
-        return cls(tensors, torch.arange(popsize, device=tensors[0].device), range(popsize))
+        return cls(tensors, torch.arange(popsize, device=tensors[0].device), Share.whole(popsize))
 
     def offspring(self, plan: EvolutionPlan) -> torch.Tensor:
         """The offspring slots held here."""
         slots = plan.offspring
-        return slots[(slots >= self.local_slots.start) & (slots < self.local_slots.stop)]
+        held = self.share.slots
+        return slots[(slots >= held.start) & (slots < held.stop)]
 
 
 def slots_to_fetch(plan: EvolutionPlan, blocks: list[range], *, mates: bool = True) -> list[list[int]]:
@@ -143,7 +145,7 @@ def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors:
         return
     parents = donors.row_of[plan.parents[slots]]
     for tensor, table in zip(tensors, donors.tables):
-        tensor.index_copy_(0, slots - donors.local_slots.start, table[parents])
+        tensor.index_copy_(0, slots - donors.share.slots.start, table[parents])
 
 
 @torch.no_grad()
@@ -158,7 +160,7 @@ def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors 
         parent = table[parents]
         weight = blend.to(tensor.dtype).view(-1, *([1] * (tensor.dim() - 1)))
         child = torch.where(weight == 1, parent, torch.lerp(table[mates], parent, weight))
-        tensor.index_copy_(0, slots - donors.local_slots.start, child)
+        tensor.index_copy_(0, slots - donors.share.slots.start, child)
 
 
 @torch.no_grad()
@@ -169,21 +171,20 @@ def mutate_(
     fraction: float,
     stdev: float,
     generator: torch.Generator,
-    local_slots: range | None = None,
+    share: Share | None = None,
 ) -> None:
     """Add N(0, stdev) noise to a random ``fraction`` of the entries of the slots where ``slots`` (P,) is
     True; every other entry keeps its exact bits. Draws for every slot, so the generator advances the
-    same way whoever is mutated; with ``local_slots`` (the tensors hold only those slots) the draws are still made
-    for all P and the rows of ``local_slots`` kept, so a slot's mutation does not depend on how the population is split.
+    same way whoever is mutated; with ``share`` (the tensors hold only those agents) the draws are still made for
+    all P and the rows held kept, so a slot's mutation does not depend on how the population is split.
     The noise is drawn where the tensors live: ``generator`` is on their device."""
     popsize = slots.numel()
-    local_slots = range(popsize) if local_slots is None else local_slots
-    rows = slice(local_slots.start, local_slots.stop)
-    chosen_slots = slots[rows]
+    share = share or Share.whole(popsize)
+    chosen_slots = share.mine(slots)
     for tensor in tensors:
-        shape = (popsize, *tensor.shape[1:])
-        noise = torch.randn(shape, generator=generator, device=tensor.device, dtype=tensor.dtype)[rows] * stdev
-        chosen = torch.rand(shape, generator=generator, device=tensor.device)[rows] < fraction
+        trailing, device = tensor.shape[1:], tensor.device
+        noise = share.draw(torch.randn, *trailing, generator=generator, device=device, dtype=tensor.dtype) * stdev
+        chosen = share.draw(torch.rand, *trailing, generator=generator, device=device) < fraction
         chosen &= chosen_slots.view(-1, *([1] * (tensor.dim() - 1)))
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
@@ -202,13 +203,14 @@ def evolve_(
     place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
     population sharded, the rows of donors held by other processes are fetched first: the tensors copied from
     parents in one all-to-all, the actors of parents and mates in another."""
-    local_slots = population.slots
+    share = population.share
     inheritance = population.learner.inheritance()
     actor_tensors = list(inheritance.blended.values())
     parent_tensors = list(inheritance.copied.values())
     blocks = None
     if sharding is not None and sharding.distributed:
-        blocks = [range(r * sharding.per_rank, (r + 1) * sharding.per_rank) for r in range(sharding.ranks.world_size)]
+        agents = sharding.share.agents
+        blocks = [range(r * agents, (r + 1) * agents) for r in range(sharding.ranks.world_size)]
     device_plan = plan.to(population.device)
 
     def donors_of(group: list[torch.Tensor], *, mates: bool) -> Donors:
@@ -218,10 +220,10 @@ def evolve_(
         fetched = sharding.fetch_rows(group, needs)
         mine = needs[sharding.ranks.rank]
         row_of = torch.full((population.popsize,), -1, dtype=torch.long)
-        row_of[local_slots.start : local_slots.stop] = torch.arange(len(local_slots))
-        row_of[mine] = len(local_slots) + torch.arange(len(mine))
+        share.mine(row_of)[:] = torch.arange(share.agents)
+        row_of[mine] = share.agents + torch.arange(len(mine))
         tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
-        return Donors(tables, row_of.to(population.device), local_slots)
+        return Donors(tables, row_of.to(population.device), share)
 
     copy_from_parents_(parent_tensors, device_plan, donors_of(parent_tensors, mates=False))
     actor_donors = donors_of(actor_tensors, mates=True)
@@ -232,9 +234,9 @@ def evolve_(
         fraction=mutation_fraction,
         stdev=mutation_stdev,
         generator=generator,
-        local_slots=local_slots,
+        share=share,
     )
     # Each offspring's restarted targets (its actor's, when targets are read) start from its new networks.
-    slots = actor_donors.offspring(device_plan) - local_slots.start
+    slots = actor_donors.offspring(device_plan) - share.slots.start
     for target, source in inheritance.restarted:
         target.index_copy_(0, slots, source[slots])

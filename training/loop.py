@@ -217,7 +217,7 @@ class Trainer:
         numbers."""
         if not self.sharding.distributed:
             return daily
-        local = self.sharding.per_rank
+        local = self.sharding.share.agents
         gathered = self.sharding.gather(daily).view(self.sharding.ranks.world_size, local + 2, -1)
         return torch.cat([gathered[:, :local].flatten(0, 1), gathered[0, local:]])
 
@@ -247,9 +247,9 @@ class Trainer:
     def _update(self, plan: EvolutionPlan) -> tuple[int, dict[str, torch.Tensor]]:
         """Phase 4: the learner's updates, all agents in one batched update each; (updates, each loss's (P,) mean
         over the updates that computed it, by name)."""
-        settings, slots = self.config.learner, self.sharding.slots
+        settings = self.config.learner
         updates = settings.updates_per_generation if len(self.buffer) >= settings.learning_starts else 0
-        self.updates.begin(frozen=plan.elite[slots.start : slots.stop])  # this generation's elites
+        self.updates.begin(frozen=self.sharding.share.mine(plan.elite))  # this generation's elites held here
         for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.

@@ -57,7 +57,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         cost_rate=config.env.cost_rate,
         device=device,
         generator=generators["init"],
-        slots=sharding.slots,
+        share=sharding.share,
         frozen_elites=config.evolution.frozen_elites,
         noise_generator=generators["replay"],
     )
@@ -68,7 +68,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         market.relatives,
         sample_shape=(popsize, settings.batch_size),
         device=device,
-        rows=sharding.slots,
+        share=sharding.share,
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
     validation = Validation(config, market, population, sharding=sharding, graphs=graphs)

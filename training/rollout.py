@@ -91,26 +91,24 @@ def roll_out_episodes(
     noise_scale: torch.Tensor,
     stored_episodes: int,
     generator: torch.Generator,
-    share: Callable[[Step], Step] = lambda step: step,
+    exchange: Callable[[Step], Step] = lambda step: step,
 ) -> None:
     """Every day of the episodes ``env`` was reset to, in ``blocks`` of days, on the device alone (it can be replayed
     as a CUDA graph): each day the actions with noise of ``noise_scale`` (``exploration_scale``) on the logits, the
     environment's step, and the transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the
-    others are fitness windows that no gradient may see), through ``share``: with the population sharded over
+    others are fitness windows that no gradient may see), through ``exchange``: with the population sharded over
     processes it returns every rank's transitions of the step (``SharedSteps``). The caller commits
     ``population.popsize * stored_episodes`` transitions a day to the buffer afterwards."""
-    actor, slots = population.actor, population.slots
+    actor, share = population.actor, population.share
     kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
     for days in blocks:
         features = block_features(actor, env, windows, days)
         for day in range(days):
             logits = actor.decide(on_day(features, day), env.weights)  # (P, E, N + 1)
-            # Drawn for the whole population, each process keeping its slots' rows: a slot's noise is the same
-            # however the population is split.
-            shape = (population.popsize, *logits.shape[1:])
-            noise = torch.randn(shape, generator=generator, device=generator.device)[slots.start : slots.stop]
+            # drawn for the whole population, the rows held here kept (``models.share``)
+            noise = share.draw(torch.randn, *logits.shape[1:], generator=generator, device=generator.device)
             actions = torch.softmax(logits + noise.to(logits.device) * noise_scale, dim=-1)
-            step = share(env.apply(actions))
+            step = exchange(env.apply(actions))
             buffer.write(
                 days=step.days[kept],
                 weights=step.weights[:, kept],
@@ -153,7 +151,7 @@ class SharedSteps:
         self.width = num_assets + 1
         if sharding.distributed:
             values = 3 * self.width + 1  # weights, actions, next weights, reward
-            self._mine = torch.empty(sharding.per_rank, num_episodes, values, device=sharding.device)
+            self._mine = torch.empty(sharding.share.agents, num_episodes, values, device=sharding.device)
             self._all = torch.empty(sharding.popsize, num_episodes, values, device=sharding.device)
 
     def __call__(self, step: Step) -> Step:
@@ -198,7 +196,7 @@ class Rollouts:
     ) -> None:
         rollout, evolution = config.rollout, config.evolution
         self.population, self.buffer = population, buffer
-        agents, episodes = len(sharding.slots), rollout.episodes
+        agents, episodes = sharding.share.agents, rollout.episodes
         self.env = VectorPortfolioEnv(
             market,
             num_agents=agents,
@@ -213,7 +211,7 @@ class Rollouts:
         self.exploring = torch.arange(episodes, device=market.device) < rollout.exploring_episodes  # (E,)
         self.fitness_episodes = slice(episodes - rollout.fitness_episodes, None)  # the noise-free ones
         self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
-        self.share = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets)
+        self.exchange = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets)
         self.episodes_generator = generators["episodes"]
         self.exploration_generator = exploration = generators["exploration"]
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
@@ -228,7 +226,7 @@ class Rollouts:
             noise_scale=exploration_scale(population, self.exploring),
             stored_episodes=self.stored_episodes,
             generator=exploration,
-            share=self.share,
+            exchange=self.exchange,
         )
         self.step = GraphedStep(work, device=market.device, enabled=graphs, generators=[exploration])
 
@@ -279,7 +277,7 @@ class Validation:
         (the same policies scored on other days, as ``benchmarks/selection_study.py`` does)."""
         self.population = population
         validation = market.splits.validation
-        agents = len(sharding.slots)
+        agents = sharding.share.agents
         starts = [validation.start - 1] if starts is None else starts  # decides at the close before its first day
         days = len(validation) if days is None else days
         self.starts = torch.tensor(starts, device=market.device)  # (E,)

@@ -15,6 +15,7 @@ import torch
 from config import Config
 from models.learner import Learner
 from models.replay import ReplayBatch, ReplayBuffer
+from models.share import Share
 from runtime.graphs import GraphedStep
 from runtime.sharding import Sharding
 
@@ -24,10 +25,9 @@ class ObservationNoise(NamedTuple):
 
     stdev: float
     draws: torch.Tensor
-    """(P, B, N, L * K), allocated once: drawn for the whole population, each process keeping its agents' rows, so an
-    agent's noise does not depend on how the population is split over processes."""
-    rows: slice
-    """This process's agents among the P."""
+    """(P, B, N, L * K), allocated once: drawn for the whole population, the rows held here kept (``models.share``)."""
+    share: Share
+    """The agents held here."""
     generator: torch.Generator
 
     @torch.no_grad()
@@ -35,7 +35,7 @@ class ObservationNoise(NamedTuple):
         """Add the noise to the batch's windows in place (they are the replay buffer's own gather buffers)."""
         for windows in (batch.obs.windows, batch.next_obs.windows):
             draws = torch.randn(self.draws.shape, generator=self.generator, out=self.draws)
-            windows.add_(draws[self.rows], alpha=self.stdev)
+            windows.add_(self.share.mine(draws), alpha=self.stdev)
 
 
 class Updates:
@@ -68,10 +68,9 @@ class Updates:
             draws = torch.empty(
                 sharding.popsize, settings.batch_size, buffer.gatherer.num_assets, window, device=device
             )
-            rows = slice(sharding.slots.start, sharding.slots.stop)
-            self.noise = ObservationNoise(settings.observation_noise, draws, rows, generator)
+            self.noise = ObservationNoise(settings.observation_noise, draws, sharding.share, generator)
         self.loss_names = learner.loss_names
-        self.loss_sums = torch.zeros(len(sharding.slots), len(self.loss_names), device=device)  # (P, losses)
+        self.loss_sums = torch.zeros(sharding.share.agents, len(self.loss_names), device=device)  # (P, losses)
         kinds = {learner.takes_actor_step(index) for index in range(settings.updates_per_generation)}
         self.steps = {
             actor_step: GraphedStep(

@@ -22,6 +22,7 @@ import torch.distributed as dist
 import config as config_module
 from models.population import Population
 from models.replay import ReplayBuffer
+from models.share import Share
 from persistence import checkpoint
 from runtime.sharding import Ranks, Sharding, check_node_address
 from tests import loopback_only
@@ -295,7 +296,7 @@ def test_a_lost_node_ends_the_other_within_the_collective_timeout(tmp_path, stri
 
 def test_sharding_splits_slots_into_equal_blocks_and_refuses_a_remainder():
     shards = [Sharding(8, Ranks(rank, 4)) for rank in range(4)]
-    assert [s.slots for s in shards] == [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]
+    assert [s.share.slots for s in shards] == [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]
     assert [shards[0].owner(slot) for slot in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
     with pytest.raises(ConfigError, match="multiple of the number of processes"):
         Sharding(6, Ranks(0, 4))
@@ -325,7 +326,13 @@ def test_an_agents_replay_batches_do_not_depend_on_the_split():
 
     def ring(rows: range | None) -> ReplayBuffer:
         buffer = ReplayBuffer(
-            64, market.num_assets, gatherer, market.relatives, sample_shape=(6, 5), device="cpu", rows=rows
+            64,
+            market.num_assets,
+            gatherer,
+            market.relatives,
+            sample_shape=(6, 5),
+            device="cpu",
+            share=None if rows is None else Share(6, rows),
         )
         days = torch.arange(10, 50, dtype=torch.int32)
         weights = torch.full((40, market.num_assets + 1), 0.2)

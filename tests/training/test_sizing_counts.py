@@ -45,7 +45,7 @@ LEARNERS = pytest.mark.parametrize(
 def test_the_population_count_is_the_bytes_of_a_real_population(slots, learning):
     config = _config(**learning)
     population = _population(config, slots)
-    agents = len(population.slots)
+    agents = population.share.agents
     learner = population.learner
     counted = sizing.population_bytes(config, WINDOW, agents=agents)
     state = population.state_tensors()  # every network, the champion, the moments, the exploration stdevs
