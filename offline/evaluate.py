@@ -3,7 +3,7 @@
 TARGET is a run folder (its newest intact generation), one generation's folder, or an exported champion (a folder
 with ``actor.json``), local or ``gs://``. The market is rebuilt on the CPU from the data the run's config names
 and must match the fingerprint the run recorded. The champion and the untrained baseline run in float32
-(``offline.export.in_float32``), whatever the run trained with, so a run and its export give the same figures.
+(``offline.stored.in_float32``), whatever the run trained with, so a run and its export give the same figures.
 ``offline.holdout`` does the scoring; this module finds the champion, prints the table and writes the report:
 
 * ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source, and the
@@ -38,20 +38,20 @@ import torch
 from config import Config
 from environment.market import Market
 from models.networks import Actor
-from offline.export import (
+from offline.holdout import INDEX, RANGES, RangeResult, score_champion
+from offline.overfitting import diagnose, unavailable
+from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
+from offline.risk import drawdown_curve, equity_curve
+from offline.stored import (
     ACTOR_FORMAT,
     ACTOR_FORMAT_VERSIONS,
     PRECISION,
     in_float32,
+    locate,
     read_generation,
     rebuild_market,
     run_config,
 )
-from offline.holdout import INDEX, RANGES, RangeResult, score_champion
-from offline.inspection import locate
-from offline.overfitting import diagnose, unavailable
-from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
-from offline.risk import drawdown_curve, equity_curve
 from persistence import checkpoint
 from persistence.gcs import open_storage
 from training.records import selection_verdict

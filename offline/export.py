@@ -19,7 +19,6 @@ folder that is renamed into place, so a failure leaves no partial export.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -35,45 +34,22 @@ from config import Config
 from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
 from environment.market import Market
 from models.networks import Actor
-from offline.inspection import TARGET_HELP, Located, locate
+from offline.stored import (
+    ACTOR_FORMAT,
+    ACTOR_FORMAT_VERSION,
+    PRECISION,
+    TARGET_HELP,
+    Located,
+    in_float32,
+    locate,
+    read_generation,
+    training_precision,
+)
 from persistence import checkpoint
-from persistence.provenance import market_fingerprint
-from persistence.state_document import upgraded
-from training.setup import load_market
 from utils.cli import parse_command
-from utils.errors import CheckpointError, ConfigError, InputError
+from utils.errors import CheckpointError, InputError
 
-ACTOR_FORMAT = "erl-trader-actor"
-ACTOR_FORMAT_VERSION = 2
-"""2 added ``precision`` and ``training_precision``; a version 1 file lacks them and is float32 all the same."""
-ACTOR_FORMAT_VERSIONS = (1, 2)
-"""The versions ``evaluate`` reads."""
-PRECISION = "float32"
-"""The arithmetic an exported or evaluated champion runs in."""
 FILES = ("actor.safetensors", "actor.json", "README.md")
-
-
-def in_float32(config: Config) -> Config:
-    """``config`` with its per-asset encoders in float32 (``model.bf16_encoder`` off).
-
-    ``evaluate`` and ``export`` run and ship a champion in float32 on the CPU, whatever it trained with: the
-    parameters are float32 either way, bfloat16 autocast is slow on most CPUs and rounds unlike a GPU's, and a user of
-    the export runs plain float32 PyTorch, so the report's figures are the ones the export gives.
-    """
-    return dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
-
-
-def training_precision(config: Config, device: Any) -> dict[str, Any]:
-    """What a run's arithmetic was while it trained (``actor.json["training_precision"]``); ``device`` is what the
-    state document records of the device that wrote the generation."""
-    return {
-        "bf16_encoder": config.model.bf16_encoder,
-        "matmul_precision": config.runtime.matmul_precision,
-        "device": device,
-        "meaning": "bf16_encoder: the per-asset encoders ran under bfloat16 autocast; matmul_precision 'high': float32 "
-        "matmuls on CUDA used TF32 (a CPU computes exact float32); device: the one that wrote this generation. The "
-        "actor runs in float32 all the same (precision)",
-    }
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -82,45 +58,6 @@ def check_out_dir(out_dir: Path) -> None:
         raise InputError(f"export folder {out_dir} exists and is not a folder; choose a new folder")
     if out_dir.is_dir() and any(out_dir.iterdir()):
         raise InputError(f"export folder {out_dir} exists and is not empty; choose a new or empty folder")
-
-
-def rebuild_market(config: Config, *, fingerprint: object, where: str) -> Market:
-    """The run's market, rebuilt on the CPU from the data its config names, and checked against the
-    ``fingerprint`` the run recorded (else the data changed: statistics and splits would not be the run's).
-
-    Raises:
-        CheckpointError: The rebuilt market's fingerprint differs; ``where`` names the checkpoint in the message.
-    """
-    market = load_market(config, torch.device("cpu"))
-    if market_fingerprint(market) != fingerprint:
-        raise CheckpointError(
-            f"the data changed: {config.data.path or 'the bundled data set'} no longer gives the market {where} "
-            "was trained on (its fingerprint differs)"
-        )
-    return market
-
-
-def run_config(document: Any, where: str) -> Config:
-    """The config a checkpoint or an export records; CheckpointError naming ``where`` if it is missing or invalid."""
-    if not isinstance(document, dict):
-        raise CheckpointError(f"{where} holds no config")
-    try:
-        return Config.from_dict(document)
-    except (ConfigError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{where}: its config is not valid: {error}") from None
-
-
-def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], Config, Market]:
-    """The state document, config and rebuilt market of a located generation; a damaged one is refused with
-    ``refusal`` (``"cannot export from"``) and its first problem."""
-    gen = located.gen
-    if located.problems:
-        raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
-    state = upgraded(checkpoint.read_document(gen, "state"))  # as this version names its keys
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
-    config = run_config(state.get("config"), str(gen.path / "state.json"))
-    return state, config, rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
 
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:

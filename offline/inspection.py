@@ -20,30 +20,27 @@ Exit status, and what is printed:
   problems, and shows whatever the files that still verify hold (``params_sha256`` is null if the population
   file is damaged).
 
-Reading goes through ``locate`` (a target → a local generation to read) and ``persistence.checkpoint``'s verified
-readers; a ``gs://`` target is first mirrored into a temporary folder, all but the replay buffer, whose size is
-checked in the bucket instead.
+Reading goes through ``offline.stored.locate`` (a target → a local generation to read) and
+``persistence.checkpoint``'s verified readers; a ``gs://`` target is first mirrored into a temporary folder, all but
+the replay buffer, whose size is checked in the bucket instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from models.replay import holds_the_buffer
 from offline.plots import plot_history
-from persistence import checkpoint, remote, run_folder
+from offline.stored import TARGET_HELP, Located, locate
+from persistence import checkpoint, run_folder
 from persistence.jsonl import finite_or_null
-from persistence.state_document import history_problem, state_problem
 from training.records import selection_verdict
 from utils.cli import parse_command
 from utils.errors import CheckpointError, InputError
@@ -59,154 +56,6 @@ HISTORY_ROWS = 20
 """Most rows of the human history table; longer histories are elided in the middle."""
 
 _LABEL = 12  # width of the human report's left column
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Finding the generation to report
-
-
-@dataclass(frozen=True)
-class Located:
-    """The generation a target resolves to, and what was found on the way.
-
-    Attributes:
-        gen: The generation to report (its manifest is valid; its files may not be).
-        run_dir: The run folder, or None for a generation folder outside one.
-        file_problems: every file → None if it verifies, else the problem (``checkpoint.file_problems``, and for
-            the JSON documents, what is wrong with their contents).
-        complete_generations: Generations found complete, ascending: for a run folder, the reported one if intact and
-            the older complete ones (sizes checked, not hashed); for a generation folder, itself if intact.
-        broken: Generation folders of the run that are incomplete or damaged: ``{generation, folder, problems}``.
-        is_run: Whether the target was a run folder (else one generation's folder).
-        in_bucket: Files of a gs:// target left in the bucket (their size checked there, not downloaded).
-    """
-
-    gen: checkpoint.GenerationFiles
-    run_dir: Path | None
-    file_problems: dict[str, str | None]
-    complete_generations: list[int]
-    broken: list[dict[str, Any]]
-    is_run: bool
-    in_bucket: tuple[str, ...] = ()
-
-    @property
-    def problems(self) -> list[str]:
-        return [problem for problem in self.file_problems.values() if problem is not None]
-
-
-def resolve_target(target: str | Path) -> Path:
-    """The local folder a target names; InputError for locations this version cannot read."""
-    text = str(target)
-    if "://" in text:
-        raise InputError(f"{text}: expected a local run or generation folder")
-    path = Path(text).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"no checkpoint at {path}: no such file or folder")
-    if not path.is_dir():
-        raise CheckpointError(f"{path} is a file, not a run folder or a generation folder")
-    return path
-
-
-def _is_generation_folder(path: Path) -> bool:
-    return checkpoint.parse_dirname(path.name) is not None or (path / checkpoint.MANIFEST_NAME).exists()
-
-
-def _run_of(gen_dir: Path) -> Path | None:
-    parent = gen_dir.parent
-    return parent if run_folder.is_run_folder(parent) else None
-
-
-TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folder"
-"""The help of the TARGET of ``inspect`` and ``export``."""
-
-
-def left_in_bucket(name: str) -> bool:
-    """What a gs:// target never downloads: the replay buffer's files (nothing inspect or export reports needs them)."""
-    return holds_the_buffer(name)
-
-
-def locate(target: str | Path, scratch: Path | None = None) -> Located:
-    """Resolve a run or generation folder to the generation to report (see the module docstring).
-
-    A ``gs://`` target (a run or a generation in a bucket) is first mirrored into ``scratch``, without
-    the files ``left_in_bucket`` names.
-
-    Raises:
-        InputError: A location this version cannot read.
-        CheckpointError: Nothing to report: no such folder, not a checkpoint, no valid manifest, or a run folder
-            without a complete generation.
-    """
-    if str(target).startswith("gs://"):
-        if scratch is None:
-            raise ValueError("a gs:// target needs a scratch folder")
-        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=left_in_bucket)
-        located = locate(gen_dir)
-        problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
-        is_run = checkpoint.parse_dirname(str(target).rstrip("/").rsplit("/", 1)[-1]) is None
-        intact = [located.gen.generation] if not any(problems.values()) else []
-        return dataclasses.replace(
-            located, file_problems=problems, in_bucket=in_bucket, is_run=is_run, complete_generations=intact
-        )
-    path = resolve_target(target)
-    if _is_generation_folder(path):
-        gen = checkpoint.read_manifest(path)
-        problems = _problems(gen)
-        intact = all(problem is None for problem in problems.values())
-        return Located(gen, _run_of(path), problems, [gen.generation] if intact else [], [], is_run=False)
-
-    folders = checkpoint.generation_folders(path)
-    if not folders and not run_folder.is_run_folder(path):
-        raise CheckpointError(
-            f"{path} is neither a run folder (config.json, gen-NNNNNN folders) nor a generation folder (manifest.json)"
-        )
-    chosen: tuple[checkpoint.GenerationFiles, dict[str, str | None]] | None = None
-    damaged: list[tuple[checkpoint.GenerationFiles, dict[str, str | None]]] = []
-    complete: list[int] = []
-    broken: list[dict[str, Any]] = []
-    for generation, folder in folders:  # newest first
-        try:
-            gen = checkpoint.open_generation(folder)  # manifest and sizes: cheap
-        except CheckpointError as error:
-            broken.append({"generation": generation, "folder": folder.name, "problems": [str(error)]})
-            continue
-        if chosen is not None:
-            complete.append(generation)  # older than the reported one: not hashed
-            continue
-        problems = _problems(gen)
-        if any(problem is not None for problem in problems.values()):
-            damaged.append((gen, problems))
-            broken.append(
-                {"generation": generation, "folder": folder.name, "problems": [p for p in problems.values() if p]}
-            )
-        else:
-            chosen = (gen, problems)
-            complete.append(generation)
-    if chosen is None and damaged:
-        chosen = damaged[0]  # every complete generation is damaged: report the newest, as incomplete
-        broken = [b for b in broken if b["generation"] != chosen[0].generation]
-    if chosen is None:
-        reason = f": newest folder {broken[0]['folder']}: {broken[0]['problems'][0]}" if broken else ""
-        raise CheckpointError(f"no complete checkpoint generation in {path}{reason}")
-    broken.sort(key=lambda b: b["generation"])
-    return Located(chosen[0], path, chosen[1], sorted(complete), broken, is_run=True)
-
-
-def _problems(gen: checkpoint.GenerationFiles) -> dict[str, str | None]:
-    """``checkpoint.file_problems``, and for JSON documents that verify, what is wrong with their contents."""
-    problems = checkpoint.file_problems(gen)
-    checks = {"state": lambda document: state_problem(document, gen.generation), "history": history_problem}
-    for name, check in checks.items():
-        file_name = f"{name}.json"
-        if file_name not in problems or problems[file_name] is not None:
-            continue
-        try:
-            problem = check(checkpoint.read_document(gen, name))
-        except CheckpointError as error:
-            problems[file_name] = str(error)
-            continue
-        if problem is not None:
-            problems[file_name] = f"{gen.path / file_name} {problem}"
-    return problems
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import main
 from config import Config
 from models.networks import Actor
 from offline import evaluate as report_module
-from offline.export import ACTOR_FORMAT_VERSION, PRECISION
 from offline.holdout import RANGES, run_range
+from offline.stored import ACTOR_FORMAT_VERSION, PRECISION
 from persistence import checkpoint
 from training.setup import load_market
 
