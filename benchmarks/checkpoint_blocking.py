@@ -19,11 +19,12 @@ process and run folder:
 
 Before every checkpoint, both ways, a generation's worth of change is made: every population tensor moves, and
 the transitions a generation stores (P x exploring episodes x episode_days: 129,024 at the paper shape) are written
-into the buffer where the next ones would go. The staged path holds the buffer in segments (``models.replay.SEGMENTS``),
-and a segment no transition reached since the generation that retention deletes as this one is committed (3 back
-with ``checkpoint.keep_last`` 3) is a hard link to that generation's file (``persistence.checkpoint``): the report gives
-the bytes each checkpoint actually writes. The first three staged checkpoints have no segment files to link to (the
-generation leaving is a synchronous one), the later ones show the steady state.
+into the buffer where the next ones would go. The staged path holds the buffer in segments
+(``training.checkpointing.SEGMENTS``), and a segment no transition reached since the generation that retention
+deletes as this one is committed (3 back with ``checkpoint.keep_last`` 3) is a hard link to that generation's file
+(``persistence.checkpoint``): the report gives the bytes each checkpoint actually writes. The first three staged
+checkpoints have no segment files to link to (the generation leaving is a synchronous one), the later ones show the
+steady state.
 
 The first staged checkpoint allocates the staging buffers (their pages are touched for the first time): it is
 part of the figures.
@@ -46,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from config import Config, override, parse_assignments, preset
-from models import replay
 from persistence import checkpoint, jsonl
+from training.checkpointing import buffer_groups
 from training.loop import Trainer
 from training.setup import load_market
 from utils.telemetry import format_bytes
@@ -128,7 +129,7 @@ def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
     state = trainer.state()
     tensors = {
         "population": state.population,
-        **replay.checkpoint_groups(state.buffer, capacity=trainer.buffer.capacity),
+        **buffer_groups(state.buffer, capacity=trainer.buffer.capacity),
         "rng": state.streams,
     }
     history = [*jsonl.read_rows(trainer.checkpoints.metrics_path), row]

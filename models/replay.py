@@ -11,7 +11,6 @@ windows live in those buffers until the next ``sample`` call overwrites them.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -20,20 +19,10 @@ from environment.kernel import with_cash
 from environment.observation import Observation, WindowGatherer
 from models.share import Share
 
-SEGMENTS = 16
-"""A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
-and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
-them)."""
-
-
-def holds_the_buffer(name: str) -> bool:
-    """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
-    its segments ``replay-000``, ``replay-001``, ... (``checkpoint_groups``)."""
-    return name.startswith("replay")
-
 
 class ReplayState(NamedTuple):
-    """A replay buffer's contents as one value (``ReplayBuffer.state``, ``checkpoint_groups``)."""
+    """A replay buffer's contents as one value (``ReplayBuffer.state``; a checkpoint's segments of it:
+    ``training.checkpointing.buffer_groups``)."""
 
     storage: dict[str, torch.Tensor]
     """Each stored tensor, at least its first ``size`` rows: the live tensors at full capacity, a staged copy of them,
@@ -226,35 +215,3 @@ class ReplayBuffer:
             target[size:].zero_()
         self.size, self.pos = size, pos
         self._write_pos.fill_(pos)
-
-
-def checkpoint_groups(state: ReplayState, *, capacity: int) -> dict[str, dict[str, torch.Tensor]]:
-    """The filled part of a buffer of ``capacity`` as checkpoint tensor groups: ``replay`` (position and size) and
-    ``replay-000``, ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as it is filled)."""
-    rows = math.ceil(capacity / SEGMENTS)
-    groups = {
-        "replay": {
-            "pos": torch.tensor(state.pos, dtype=torch.int64),
-            "size": torch.tensor(state.size, dtype=torch.int64),
-        }
-    }
-    for index, start in enumerate(range(0, state.size, rows)):
-        stop = min(start + rows, state.size)
-        groups[f"replay-{index:03d}"] = {key: tensor[start:stop] for key, tensor in state.storage.items()}
-    return groups
-
-
-def from_checkpoint_groups(groups: dict[str, dict[str, torch.Tensor]]) -> ReplayState:
-    """The buffer's contents from ``checkpoint_groups`` (or from a single ``replay`` group holding the whole filled
-    part, as checkpoints written before the buffer was split into segments do).
-
-    Raises:
-        KeyError: a group lacks a tensor.
-    """
-    replay = groups["replay"]
-    pos, size = int(replay["pos"]), int(replay["size"])
-    if "days" in replay:
-        return ReplayState({key: value for key, value in replay.items() if key not in ("pos", "size")}, pos, size)
-    segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
-    storage = {key: torch.cat([segment[key] for segment in segments]) for key in segments[0]} if segments else {}
-    return ReplayState(storage, pos, size)

@@ -16,10 +16,10 @@ import torch
 
 from config import Config
 from environment.market import Market
-from models.replay import holds_the_buffer
 from persistence import checkpoint, remote, run_folder
 from persistence.provenance import market_fingerprint
 from persistence.state_document import history_problem, state_problem, upgraded
+from training.checkpointing import holds_the_buffer
 from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 

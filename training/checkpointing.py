@@ -23,8 +23,7 @@ import torch
 
 from config import Config
 from environment.market import Market
-from models import replay
-from models.replay import ReplayState, holds_the_buffer
+from models.replay import ReplayState
 from persistence import checkpoint, jsonl, run_folder
 from persistence.provenance import describe_device
 from persistence.staging import StagingBuffers
@@ -34,6 +33,54 @@ from runtime.sharding import Sharding
 from training.selection import Champion
 from training.streams import HOST_STREAMS
 from utils.errors import CheckpointError
+
+# ------------------------------------------------------------------------------------------ the buffer's files
+
+SEGMENTS = 16
+"""A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
+and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
+them)."""
+
+
+def holds_the_buffer(name: str) -> bool:
+    """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
+    its segments ``replay-000``, ``replay-001``, ... (``buffer_groups``)."""
+    return name.startswith("replay")
+
+
+def buffer_groups(state: ReplayState, *, capacity: int) -> dict[str, dict[str, torch.Tensor]]:
+    """The filled part of a buffer of ``capacity`` as checkpoint tensor groups: ``replay`` (position and size) and
+    ``replay-000``, ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as it is filled)."""
+    rows = math.ceil(capacity / SEGMENTS)
+    groups = {
+        "replay": {
+            "pos": torch.tensor(state.pos, dtype=torch.int64),
+            "size": torch.tensor(state.size, dtype=torch.int64),
+        }
+    }
+    for index, start in enumerate(range(0, state.size, rows)):
+        stop = min(start + rows, state.size)
+        groups[f"replay-{index:03d}"] = {key: tensor[start:stop] for key, tensor in state.storage.items()}
+    return groups
+
+
+def buffer_from_groups(groups: dict[str, dict[str, torch.Tensor]]) -> ReplayState:
+    """The buffer's contents from ``buffer_groups`` (or from a single ``replay`` group holding the whole filled
+    part, as checkpoints written before the buffer was split into segments do).
+
+    Raises:
+        KeyError: a group lacks a tensor.
+    """
+    replay = groups["replay"]
+    pos, size = int(replay["pos"]), int(replay["size"])
+    if "days" in replay:
+        return ReplayState({key: value for key, value in replay.items() if key not in ("pos", "size")}, pos, size)
+    segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
+    storage = {key: torch.cat([segment[key] for segment in segments]) for key in segments[0]} if segments else {}
+    return ReplayState(storage, pos, size)
+
+
+# ---------------------------------------------------------------------------------------------- the trainer's state
 
 
 class TrainerState(NamedTuple):
@@ -190,7 +237,7 @@ class Checkpointing:
         buffer = state.buffer._replace(storage=staged["replay"])
         groups = {
             "population": population,
-            **replay.checkpoint_groups(buffer, capacity=self.config.learner.buffer_size),  # replay, replay-000, ...
+            **buffer_groups(buffer, capacity=self.config.learner.buffer_size),  # replay, replay-000, ...
             "rng": state.streams,  # copies already
             **({} if state.gate is None else {"selection": state.gate}),  # a copy too
         }
@@ -232,7 +279,7 @@ class Checkpointing:
             checkpoint.write_file_atomically(self.metrics_path, rows)  # never a half-rebuilt file
         source = str(generation_files.path) if generation_files is not None else "the checkpoint"
         try:
-            buffer = replay.from_checkpoint_groups({n: g for n, g in tensors.items() if holds_the_buffer(n)})
+            buffer = buffer_from_groups({n: g for n, g in tensors.items() if holds_the_buffer(n)})
         except KeyError as error:
             raise CheckpointError(f"{source}/replay.safetensors does not fit the run's config: {error}") from None
         score = document["champion_score"]

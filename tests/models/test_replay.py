@@ -8,8 +8,9 @@ from torch.utils._pytree import tree_leaves
 
 from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
-from models.replay import ReplayBuffer, checkpoint_groups, from_checkpoint_groups
+from models.replay import ReplayBuffer
 from tests.synthetic import make_market, random_simplex
+from training.checkpointing import buffer_from_groups, buffer_groups
 
 LOOKBACK = 4
 
@@ -209,17 +210,17 @@ def test_sample_is_seeded_and_reuses_its_buffers(market):
 
 
 @pytest.mark.parametrize("count", [0, 6, 33, 77], ids=["empty", "one-segment", "partial", "wrapped"])
-def test_checkpoint_groups_round_trip_in_segments(market, count):
+def test_buffer_groups_round_trip_in_segments(market, count):
     source = _buffer(market, 40)  # SEGMENTS rows of ceil(40 / 16) = 3
     source.add(**_transitions(count, market.num_assets))
-    groups = checkpoint_groups(source.state(), capacity=source.capacity)
+    groups = buffer_groups(source.state(), capacity=source.capacity)
     segments = sorted(name for name in groups if name.startswith("replay-"))
     assert segments == [f"replay-{i:03d}" for i in range(-(-source.size // 3))]
     assert all(len(groups[name]["days"]) == 3 for name in segments[:-1])
     target = _buffer(market, 40)
     target.add(**_transitions(9, market.num_assets, first=100))  # stale content must not survive the load
     copies = {name: {k: v.clone() for k, v in group.items()} for name, group in groups.items()}
-    target.load_state_(from_checkpoint_groups(copies))
+    target.load_state_(buffer_from_groups(copies))
     assert (target.size, target.pos) == (source.size, source.pos)
     for key, tensor in source.storage.items():
         assert torch.equal(target.storage[key], tensor), key
@@ -228,10 +229,10 @@ def test_checkpoint_groups_round_trip_in_segments(market, count):
 def test_a_new_transition_changes_only_the_segment_it_lands_in(market):
     ring = _buffer(market, 40)
     ring.add(**_transitions(40, market.num_assets))  # full, next write at row 0
-    before = checkpoint_groups(ring.state(), capacity=ring.capacity)
+    before = buffer_groups(ring.state(), capacity=ring.capacity)
     before = {name: {k: v.clone() for k, v in group.items()} for name, group in before.items()}
     ring.add(**_transitions(4, market.num_assets, first=500))  # rows 0..3: segments 0 and 1
-    after = checkpoint_groups(ring.state(), capacity=ring.capacity)
+    after = buffer_groups(ring.state(), capacity=ring.capacity)
     changed = {name for name in after if not all(torch.equal(after[name][k], before[name][k]) for k in after[name])}
     assert changed == {"replay", "replay-000", "replay-001"}
 
@@ -242,7 +243,7 @@ def test_checkpoints_that_hold_the_ring_in_one_group_still_load(market):
     target = _buffer(market, 10)
     whole = {key: tensor[: source.size] for key, tensor in source.storage.items()}  # the group of earlier versions
     whole |= {"pos": torch.tensor(source.pos), "size": torch.tensor(source.size)}
-    target.load_state_(from_checkpoint_groups({"replay": whole}))
+    target.load_state_(buffer_from_groups({"replay": whole}))
     for key, tensor in source.storage.items():
         assert torch.equal(target.storage[key], tensor), key
 
@@ -250,7 +251,7 @@ def test_checkpoints_that_hold_the_ring_in_one_group_still_load(market):
 def test_a_missing_segment_does_not_fit(market):
     source = _buffer(market, 40)
     source.add(**_transitions(20, market.num_assets))
-    groups = checkpoint_groups(source.state(), capacity=source.capacity)
+    groups = buffer_groups(source.state(), capacity=source.capacity)
     del groups["replay-002"]
     with pytest.raises(ValueError):
-        _buffer(market, 40).load_state_(from_checkpoint_groups(groups))
+        _buffer(market, 40).load_state_(buffer_from_groups(groups))
