@@ -65,6 +65,13 @@ def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.devic
     return weights
 
 
+def equal_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Equal weight, the baseline every agent is judged against: 1/N in every asset, no cash: (*shape, N + 1)."""
+    weights = torch.full((*shape, num_assets + 1), 1.0 / num_assets, device=device)
+    weights.select(-1, 0).fill_(0.0)
+    return weights
+
+
 def scores_to_weights(scores: torch.Tensor) -> torch.Tensor:
     """Non-negative scores (..., N + 1) -> target weights; an all-zero row means all cash."""
     scores = scores.clamp(min=0.0)

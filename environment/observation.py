@@ -14,6 +14,11 @@ from typing import NamedTuple
 import torch
 
 
+def window_size(lookback: int, num_features: int) -> int:
+    """Values per asset in one observation window: its L days of K features (L * K)."""
+    return lookback * num_features
+
+
 class Observation(NamedTuple):
     """What an agent sees at a decision: the networks read the market's part (``models.networks``, ``features``) and
     the weights (``decide``) apart."""
@@ -52,7 +57,7 @@ class WindowGatherer:
     @property
     def window_size(self) -> int:
         """Values per asset in one window: L * K."""
-        return self.lookback * self.num_features
+        return window_size(self.lookback, self.num_features)
 
     def empty(self, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """A buffer for ``gather``: (*shape, N, L * K)."""

@@ -37,6 +37,7 @@ import torch
 
 from config import Config
 from environment.market import Market
+from environment.observation import window_size
 from models.networks import Actor
 from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
@@ -130,7 +131,7 @@ def _from_export(folder: Path, label: str) -> Champion:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
     except (OSError, safetensors.SafetensorError) as error:
         raise CheckpointError(f"{label}/actor.safetensors cannot be read: {error}") from None
-    actor = Actor(1, config.env.lookback * market.num_features, config.model).requires_grad_(False)
+    actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
     _load_params(actor, tensors, f"{label}/actor.safetensors", squeezed=True)
     source = {
         "kind": "export",
@@ -147,7 +148,7 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot evaluate")
     config = in_float32(config)
-    actor = Actor(1, config.env.lookback * market.num_features, config.model).requires_grad_(False)
+    actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
     tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
     _load_params(actor, {name: tensors[f"champion.{name}"] for name in names}, str(gen.path), squeezed=False)

@@ -33,6 +33,7 @@ import torch
 from config import Config
 from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
 from environment.market import Market
+from environment.observation import window_size
 from models.networks import Actor
 from offline.stored import (
     ACTOR_FORMAT,
@@ -333,7 +334,7 @@ def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[s
 def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> Path:
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot export from")
-    params = _champion(gen, config, config.env.lookback * market.num_features)
+    params = _champion(gen, config, window_size(config.env.lookback, market.num_features))
     spec = actor_spec(config=config, market=market, params=params, state=state, gen=gen, run_dir=located.run_dir)
 
     check_out_dir(out_dir)

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 
 from config import Config
-from environment.kernel import cash_weights
+from environment.kernel import cash_weights, equal_weights
 from environment.market import Market
+from environment.observation import window_size
 from environment.vector_env import VectorPortfolioEnv
 from models.networks import Actor
-from models.population import Population
 from offline.risk import RiskMetrics, risk_metrics
+from training.parts import build_population
 from training.streams import make_generators
 
 POLICY_STRATEGIES = ("champion", "untrained")
@@ -68,15 +69,9 @@ class RangeResult:
 
 def untrained_actor(config: Config, window_size: int, device: torch.device) -> Actor:
     """The run's population as its seed initialised it, before any training: the whole population as one actor."""
-    population = Population(
-        config.evolution.popsize,
-        window_size,
-        config.model,
-        config.learner,
-        device=device,
-        generator=make_generators(config.runtime.seed, device)["init"],
-    )
-    return population.actor
+    return build_population(
+        config, window_size, device=device, generators=make_generators(config.runtime.seed, device)
+    ).actor
 
 
 @torch.no_grad()
@@ -110,8 +105,7 @@ def run_range(
         cost_rate=cost_rate,
     )
     device = market.device
-    equal = torch.full((len(starts), n + 1), 1.0 / n, device=device)
-    equal[:, 0] = 0.0
+    equal = equal_weights((len(starts),), n, device=device)
     cash = cash_weights((len(starts),), n, device=device)
     held = torch.zeros(len(strategies), len(starts), episode_days, n + 1, device=device)
 
@@ -157,8 +151,8 @@ def score_champion(market: Market, config: Config, champion: Actor) -> dict[str,
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
     env = config.env
     settings = {"lookback": env.lookback, "cost_rate": env.cost_rate}
-    window_size = env.lookback * market.num_features
-    population = untrained_actor(config, window_size, market.device)
+    size = window_size(env.lookback, market.num_features)
+    population = untrained_actor(config, size, market.device)
     # The untrained agent is chosen the way the champion is: by its validation score.
     scores = run_range(
         market,

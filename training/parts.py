@@ -10,9 +10,10 @@ import torch
 
 from config import Config
 from environment.market import Market
-from environment.observation import WindowGatherer
+from environment.observation import WindowGatherer, window_size
 from models.population import Population
 from models.replay import ReplayBuffer
+from models.share import Share
 from persistence.storage import parse_uri
 from runtime.boundary import to_host
 from runtime.compiled import CACHE_FOLDER, Compilation
@@ -41,6 +42,30 @@ class LoopParts(NamedTuple):
     """``torch.compile`` around the device arithmetic (``runtime.torch_compile``), and its time."""
 
 
+def build_population(
+    config: Config,
+    window_size: int,
+    *,
+    device: torch.device,
+    generators: dict[str, torch.Generator],
+    share: Share | None = None,
+) -> Population:
+    """The run's population as its seed initialises it (``generators``: ``training.streams.make_generators``): a
+    run's start, and the untrained baseline ``evaluate`` and the backtest score."""
+    return Population(
+        config.evolution.popsize,
+        window_size,
+        config.model,
+        config.learner,
+        cost_rate=config.env.cost_rate,
+        device=device,
+        generator=generators["init"],
+        share=share,
+        frozen_elites=config.evolution.frozen_elites,
+        noise_generator=generators["replay"],
+    )
+
+
 def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> LoopParts:
     """The parts of a run's loop on ``market``'s device; ``sharding``: the slots this process holds (all by
     default)."""
@@ -49,18 +74,8 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     settings, popsize = config.learner, config.evolution.popsize
     sharding = sharding or Sharding(popsize, device=device)
     generators = make_generators(config.runtime.seed, device)
-    population = Population(
-        popsize,
-        market.num_features * config.env.lookback,  # L * K values per asset window
-        config.model,
-        settings,
-        cost_rate=config.env.cost_rate,
-        device=device,
-        generator=generators["init"],
-        share=sharding.share,
-        frozen_elites=config.evolution.frozen_elites,
-        noise_generator=generators["replay"],
-    )
+    size = window_size(config.env.lookback, market.num_features)
+    population = build_population(config, size, device=device, generators=generators, share=sharding.share)
     buffer = ReplayBuffer(
         settings.buffer_size,
         market.num_assets,

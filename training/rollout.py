@@ -22,7 +22,9 @@ from collections.abc import Callable
 import torch
 
 from config import Config, ModelConfig
+from environment.kernel import equal_weights
 from environment.market import Market
+from environment.observation import window_size
 from environment.vector_env import Step, VectorPortfolioEnv
 from models.networks import Actor, ActorFeatures
 from models.population import Population
@@ -289,11 +291,11 @@ class Validation:
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
         )
-        window_size = config.env.lookback * market.num_features
-        self.acting = Actor(agents + 1, window_size, config.model).to(market.device).requires_grad_(False)
+        size = window_size(config.env.lookback, market.num_features)
+        self.acting = Actor(agents + 1, size, config.model).to(market.device).requires_grad_(False)
         n1 = market.num_assets + 1
         self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
-        self.actions[-1, :, 1:].fill_(1.0 / market.num_assets)  # equal weight: 1/N in every asset, nothing in cash
+        self.actions[-1] = equal_weights((len(starts),), market.num_assets, device=market.device)  # the baseline
         per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
         self.blocks = block_lengths(days, bytes_per_day=per_day, device=market.device)
         windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)

@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import Config
 from environment.market import Market
-from environment.observation import Observation
+from environment.observation import Observation, window_size
 from models.learner import Learner
 from models.replay import ReplayBatch
 from training import rollout as rollout_module
@@ -205,7 +205,7 @@ def working_bytes(
     popsize = config.evolution.popsize
     agents = popsize // processes
     episodes, n1 = rollout.episodes, num_assets + 1
-    window = config.env.lookback * num_features
+    window = window_size(config.env.lookback, num_features)
     values = learner_values(config, window)
     actor, others = values.actor, values.networks - values.actor + 2 * values.trained  # a parent's other tensors
     # bf16 copies of an encoder's weights, cached by autocast for one forward
@@ -276,7 +276,7 @@ def process_bytes(
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     agents = popsize // processes
     n1 = num_assets + 1
-    window = config.env.lookback * num_features
+    window = window_size(config.env.lookback, num_features)
     batch = config.learner.batch_size
     needs = {
         BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets)),
@@ -319,7 +319,7 @@ def host_bytes(
     ``pinned``: staging buffers on CUDA are pinned, and the pinned allocator rounds each up to a power of two."""
     popsize = config.evolution.popsize
     agents = popsize // processes
-    window = config.env.lookback * num_features
+    window = window_size(config.env.lookback, num_features)
 
     def staged(size: int) -> int:
         return 1 << (size - 1).bit_length() if pinned and size > 0 else size
