@@ -55,7 +55,7 @@ from config import Config, override, parse_assignments, preset
 from environment.features import FEATURE_CLIP, WARMUP_DAYS, raw_features
 from environment.market import Market, Splits
 from environment.synthetic import make_market
-from training.fitness import training_windows
+from training.fitness import training_starts
 from training.loop import Trainer
 from training.records import Scores
 from training.rollout import Validation
@@ -185,7 +185,7 @@ class RecordingTrainer(Trainer):
 
     def attach(self, fresh: Market) -> None:
         market, config = self.market, self.config
-        blocks = [int(s) for s in training_windows(config, market).fitness]
+        blocks = [int(s) for s in training_starts(config, market).fitness]
         self.blocks = Scoring(self, market, blocks, config.env.episode_days)
         self.fresh = Scoring(self, fresh, [1 + e * FRESH_DAYS - 1 for e in range(FRESH_EPISODES)], FRESH_DAYS)
         holdout = market.splits.holdout

@@ -35,16 +35,17 @@ def fitness(returns_per_episode: torch.Tensor, *, kind: FitnessName, worst_k: in
     raise ValueError(f"unknown fitness {kind!r}")
 
 
-class TrainingWindows(NamedTuple):
-    """Decision days on which a rollout's window may start (int64), by what the window is for."""
+class TrainingStarts(NamedTuple):
+    """Decision days on which a rollout's episode may start (int64), by what the episode is for (not to be confused
+    with an observation's window of the last L days, ``environment.observation``)."""
 
     learning: torch.Tensor
-    """Starts of the learning windows: their transitions fill the replay buffer."""
+    """Starts of the learning episodes: their transitions fill the replay buffer."""
     fitness: torch.Tensor
-    """Starts of the fitness windows: noise-free episodes whose returns make the fitness."""
+    """Starts of the fitness episodes: noise-free episodes whose returns make the fitness."""
 
 
-def split_training_days(train: range, *, lookback: int, episode_days: int, every: int) -> TrainingWindows:
+def split_training_days(train: range, *, lookback: int, episode_days: int, every: int) -> TrainingStarts:
     """Start days of the learning windows and of the fitness windows on the training range.
 
     With ``every`` > 0 the training range is cut into blocks of ``episode_days`` days and every ``every``-th block
@@ -56,7 +57,7 @@ def split_training_days(train: range, *, lookback: int, episode_days: int, every
     starts = episode_starts(train, lookback=lookback, episode_days=episode_days)
     every_start = torch.arange(starts.start, starts.stop)
     if every == 0:
-        return TrainingWindows(every_start, every_start)
+        return TrainingStarts(every_start, every_start)
     fitness_decisions = torch.zeros(train.stop + 1, dtype=torch.bool)  # by day
     fitness_starts = []
     for first in range(train.start + (every - 1) * episode_days, train.stop - episode_days + 1, every * episode_days):
@@ -72,10 +73,10 @@ def split_training_days(train: range, *, lookback: int, episode_days: int, every
         raise ValueError(
             f"{len(train)} training days are too few to set aside every {every}th block of {episode_days} days"
         )
-    return TrainingWindows(learning, torch.tensor(fitness_starts))
+    return TrainingStarts(learning, torch.tensor(fitness_starts))
 
 
-def training_windows(config: Config, market: Market) -> TrainingWindows:
+def training_starts(config: Config, market: Market) -> TrainingStarts:
     """``split_training_days`` for a run's config and market: the fitness blocks when the config asks for them and
     has noise-free and exploring episodes to give them to, else every start day for both.
 

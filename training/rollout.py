@@ -31,7 +31,7 @@ from models.population import Population
 from models.replay import ReplayBuffer
 from runtime.graphs import GraphedStep
 from runtime.sharding import Sharding
-from training.fitness import episode_returns, fitness, training_windows
+from training.fitness import episode_returns, fitness, training_starts
 
 BLOCK_BYTES = {"cuda": 256 * 2**20, "cpu": 4 * 2**20}
 """Most bytes the windows' part of a block of days may hold at once (the encoder's activations and the heads'
@@ -208,7 +208,7 @@ class Rollouts:
             cost_rate=config.env.cost_rate,
         )
         # Learning windows fill the replay buffer; fitness windows trade days it never holds (training.fitness).
-        self.windows = training_windows(config, market)
+        self.episode_starts = training_starts(config, market)
         self.stored_episodes = rollout.exploring_episodes if rollout.splits_fitness_days else rollout.episodes
         self.exploring = torch.arange(episodes, device=market.device) < rollout.exploring_episodes  # (E,)
         self.fitness_episodes = slice(episodes - rollout.fitness_episodes, None)  # the noise-free ones
@@ -233,13 +233,13 @@ class Rollouts:
         self.step = GraphedStep(work, device=market.device, enabled=graphs, generators=[exploration])
 
     def sample_starts(self) -> torch.Tensor:
-        """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning windows, the rest from
-        the fitness windows."""
+        """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning episodes' starts, the
+        rest from the fitness episodes'."""
         episodes, stored = self.exploring.numel(), self.stored_episodes
-        learning, fitness_windows = self.windows.learning, self.windows.fitness
+        learning, scored = self.episode_starts.learning, self.episode_starts.fitness
         generator = self.episodes_generator
         picks = learning[torch.randint(len(learning), (stored,), generator=generator)]
-        others = fitness_windows[torch.randint(len(fitness_windows), (episodes - stored,), generator=generator)]
+        others = scored[torch.randint(len(scored), (episodes - stored,), generator=generator)]
         return torch.cat([picks, others]).to(self.env.market.device)
 
     def run(self, start_days: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from config import Config, dotted, override, with_current_sections
 from persistence.provenance import market_fingerprint
-from training.fitness import training_windows
+from training.fitness import training_starts
 from training.runs import RESUMABLE_CHANGES
 from training.setup import load_market, load_table
 from utils.errors import ConfigError, InputError
@@ -84,7 +84,7 @@ def plan_folds(
         )
         try:
             market = load_market(fold_config, torch.device("cpu"))
-            training_windows(fold_config, market)  # the fold's trainer checks this too: refused before the plan
+            training_starts(fold_config, market)  # the fold's trainer checks this too: refused before the plan
         except InputError as error:
             raise ConfigError(f"test year {year}: {error}") from None
         fingerprint = market_fingerprint(market)
