@@ -24,8 +24,6 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "champion_bound": (_NUMBER, False),
     "actor_optim_steps": (_INT, False),
     "critic_optim_steps": (_INT, False),
-    "replay_pos": (_INT, False),
-    "replay_size": (_INT, False),
     "market_fingerprint": ((str,), False),
     "tickers": ((list,), False),
     "splits": ((dict,), False),
@@ -34,6 +32,9 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
 """Every key the trainer writes and a resume reads, with its type."""
 OPTIONAL_TYPES: dict[str, type] = {"device": dict}
 """Keys that checkpoints of earlier versions lack; when present, they must have this type."""
+UNREAD_KEYS = ("replay_pos", "replay_size")
+"""Keys earlier versions wrote that nothing reads (the buffer's own checkpoint group holds its position and size):
+a document holding them still loads."""
 RENAMED_KEYS = {"champion_edge": "champion_bound"}
 """Keys renamed since earlier versions, old name to new (the champion's bound was called its edge)."""
 

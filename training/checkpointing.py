@@ -157,8 +157,6 @@ class Checkpointing:
             champion_bound=state.champion.bound,
             actor_optim_steps=int(optimiser_steps["actor"]),
             critic_optim_steps=int(optimiser_steps["critic"]),
-            replay_pos=state.buffer.pos,
-            replay_size=state.buffer.size,
             market_fingerprint=self.fingerprint,
             tickers=list(market.tickers),
             splits={  # first and last day of each range, as dates

@@ -213,8 +213,6 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
                 ("champion_bound", "0.1"),
                 ("actor_optim_steps", 1.5),
                 ("critic_optim_steps", True),
-                ("replay_pos", -1),
-                ("replay_size", {"n": 1}),
                 ("market_fingerprint", 7),
                 ("tickers", "AAPL"),
                 ("splits", []),
