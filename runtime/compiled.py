@@ -58,7 +58,7 @@ class Compilation:
         self.enabled = enabled
         if enabled:
             self.cache = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache).resolve())))
-        self._reported = compile_totals()
+        self._reported = compile_totals() if enabled else (0, 0.0)  # torch._dynamo is not imported unless used
 
     def function(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` compiled whole, for static shapes; ``fn`` itself when compilation is off."""
