@@ -260,7 +260,7 @@ def test_two_nodes_train_the_run_one_process_trains(tmp_path, reference):
     assert_same_run(tmp_path / "runs" / "r", reference)
 
 
-NODE_TIMEOUT_S = 20
+NODE_TIMEOUT_S = 10
 
 
 @pytest.mark.parametrize(
