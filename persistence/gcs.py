@@ -228,7 +228,7 @@ class GCSStorage(Storage):
         with self._errors(f"reading {key} in", missing=FileNotFoundError(f"no object {key!r} in {self.uri}")):
             return self._blob(key).download_as_bytes(retry=self._retry(self.deadline), timeout=REQUEST_TIMEOUT)
 
-    def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
+    def write_bytes(self, key: str, data: bytes, *, if_version_match: int | None = None) -> None:
         """See ``Storage.write_bytes``. Meant for small objects (up to 8 MiB: one request); larger data goes up as a
         resumable upload, whose precondition fake-gcs-server ignores (GCS itself honours it)."""
         try:
@@ -236,7 +236,7 @@ class GCSStorage(Storage):
                 self._blob(key).upload_from_string(
                     bytes(data),
                     content_type=_CONTENT_TYPE,
-                    if_generation_match=if_generation_match,
+                    if_generation_match=if_version_match,
                     checksum=CHECKSUM,
                     retry=self._retry(self.deadline),
                     timeout=REQUEST_TIMEOUT,
@@ -255,7 +255,7 @@ class GCSStorage(Storage):
         if blob is None:
             return None
         md5 = base64.b64decode(blob.md5_hash).hex() if blob.md5_hash else None
-        return ObjectInfo(size=blob.size, generation=blob.generation, updated=blob.updated, md5=md5)
+        return ObjectInfo(size=blob.size, version=blob.generation, updated=blob.updated, md5=md5)
 
     def upload_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
         # A 404 mid-upload: the resumable session is gone (the service restarted) or the bucket is; the uploader's

@@ -144,7 +144,7 @@ def move_latest_back(storage: Storage, run_key: str, generation: int) -> None:
         storage.write_bytes(
             key,
             f"{checkpoint.generation_dirname(generation)}\n".encode(),
-            if_generation_match=0 if info is None else info.generation,
+            if_version_match=0 if info is None else info.version,
         )
     except PreconditionFailed:
         raise CheckpointError(

@@ -26,7 +26,7 @@ _BAD_KEY_CHARS_RE = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 class PreconditionFailed(Exception):  # noqa: N818 (named after the HTTP status it stands for)
-    """A conditional write found the object in another state than ``if_generation_match`` asked for."""
+    """A conditional write found the object in another state than ``if_version_match`` asked for."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,9 @@ class ObjectInfo:
     """What ``Storage.stat`` knows about one object."""
 
     size: int
-    generation: int
-    """Changes on every write of the object; what ``write_bytes(if_generation_match=...)`` compares."""
+    version: int
+    """Changes on every write of the object (the bucket calls it the object's generation, which is not a
+    training generation); what ``write_bytes(if_version_match=...)`` compares."""
     updated: datetime
     """When it was last written (UTC)."""
     md5: str | None = None
@@ -115,9 +116,9 @@ class Storage(ABC):
         """The object's bytes; FileNotFoundError if it does not exist."""
 
     @abstractmethod
-    def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
-        """Replace the object with ``data``, atomically; ``if_generation_match`` makes it a compare-and-swap (0: only
-        if the object does not exist; N: only if ``stat(key).generation`` is still N).
+    def write_bytes(self, key: str, data: bytes, *, if_version_match: int | None = None) -> None:
+        """Replace the object with ``data``, atomically; ``if_version_match`` makes it a compare-and-swap (0: only
+        if the object does not exist; N: only if ``stat(key).version`` is still N).
 
         Raises:
             PreconditionFailed: The precondition does not hold, and the object does not already hold exactly
@@ -126,7 +127,7 @@ class Storage(ABC):
 
     @abstractmethod
     def stat(self, key: str) -> ObjectInfo | None:
-        """Size, generation, update time (and MD5 where free) of the object, or None if it does not exist."""
+        """Size, version, update time (and MD5 where free) of the object, or None if it does not exist."""
 
     @abstractmethod
     def upload_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:

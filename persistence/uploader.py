@@ -457,9 +457,9 @@ class CheckpointUploader:
                     )
                 return
             try:
-                expected = 0 if info is None else info.generation
+                expected = 0 if info is None else info.version
                 content = f"{generation_dirname(generation)}\n".encode()
-                self.storage.write_bytes(key, content, if_generation_match=expected)
+                self.storage.write_bytes(key, content, if_version_match=expected)
                 return
             except PreconditionFailed:
                 continue  # moved (or deleted) between our read and write: look again

@@ -18,12 +18,12 @@ from persistence.storage import ObjectInfo, PreconditionFailed, Storage, check_k
 
 
 class MemoryStorage(Storage):
-    """Objects in a dict, each with a generation drawn from one counter (so every write gets a new one)."""
+    """Objects in a dict, each with a version drawn from one counter (so every write gets a new one)."""
 
     def __init__(self, uri: str = "memory://bucket") -> None:
         self.uri = uri
         self._objects: dict[str, tuple[bytes, ObjectInfo]] = {}
-        self._generations = itertools.count(1)
+        self._versions = itertools.count(1)
         self._lock = threading.Lock()
 
     def read_bytes(self, key: str) -> bytes:
@@ -32,19 +32,17 @@ class MemoryStorage(Storage):
                 raise FileNotFoundError(f"no object {key!r} in {self.uri}")
             return self._objects[key][0]
 
-    def write_bytes(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> None:
+    def write_bytes(self, key: str, data: bytes, *, if_version_match: int | None = None) -> None:
         data = bytes(data)
         with self._lock:
             current = self._objects.get(check_key(key))
-            generation = current[1].generation if current else 0
-            if if_generation_match is not None and if_generation_match != generation:
+            version = current[1].version if current else 0
+            if if_version_match is not None and if_version_match != version:
                 if current is not None and current[0] == data:
                     return  # the bytes are already there: done, as on GCS
-                raise PreconditionFailed(
-                    f"{self.uri}/{key}: generation is {generation}, expected {if_generation_match}"
-                )
+                raise PreconditionFailed(f"{self.uri}/{key}: version is {version}, expected {if_version_match}")
             info = ObjectInfo(
-                len(data), next(self._generations), datetime.now(timezone.utc), hashlib.md5(data).hexdigest()
+                len(data), next(self._versions), datetime.now(timezone.utc), hashlib.md5(data).hexdigest()
             )
             self._objects[key] = (data, info)
 

@@ -38,38 +38,38 @@ def test_bytes_round_trip_and_missing_objects(storage: Storage) -> None:
     assert storage.stat("run-1/nope") is None
 
 
-def test_stat_reports_size_time_and_a_generation_that_changes_on_every_write(storage: Storage) -> None:
+def test_stat_reports_size_time_and_a_version_that_changes_on_every_write(storage: Storage) -> None:
     storage.write_bytes("LATEST", b"gen-000001\n")
     first = storage.stat("LATEST")
     assert first.size == 11
     assert isinstance(first.updated, datetime) and first.updated.tzinfo is not None
     storage.write_bytes("LATEST", b"gen-000002\n")
     second = storage.stat("LATEST")
-    assert second.generation != first.generation
-    storage.write_bytes("LATEST", b"gen-000002\n")  # same bytes: still a new generation
-    assert storage.stat("LATEST").generation not in (first.generation, second.generation)
+    assert second.version != first.version
+    storage.write_bytes("LATEST", b"gen-000002\n")  # same bytes: still a new version
+    assert storage.stat("LATEST").version not in (first.version, second.version)
 
 
 def test_conditional_writes_are_compare_and_swap(storage: Storage) -> None:
-    storage.write_bytes("r/LATEST", b"gen-000001\n", if_generation_match=0)
+    storage.write_bytes("r/LATEST", b"gen-000001\n", if_version_match=0)
     with pytest.raises(PreconditionFailed):
-        storage.write_bytes("r/LATEST", b"gen-000009\n", if_generation_match=0)
+        storage.write_bytes("r/LATEST", b"gen-000009\n", if_version_match=0)
     assert storage.read_bytes("r/LATEST") == b"gen-000001\n"
 
-    seen = storage.stat("r/LATEST").generation
-    storage.write_bytes("r/LATEST", b"gen-000002\n", if_generation_match=seen)
+    seen = storage.stat("r/LATEST").version
+    storage.write_bytes("r/LATEST", b"gen-000002\n", if_version_match=seen)
     with pytest.raises(PreconditionFailed):  # a writer that read the old generation loses
-        storage.write_bytes("r/LATEST", b"gen-000003\n", if_generation_match=seen)
+        storage.write_bytes("r/LATEST", b"gen-000003\n", if_version_match=seen)
     assert storage.read_bytes("r/LATEST") == b"gen-000002\n"
     with pytest.raises(PreconditionFailed):
-        storage.write_bytes("r/absent", b"x", if_generation_match=seen)
+        storage.write_bytes("r/absent", b"x", if_version_match=seen)
     assert storage.stat("r/absent") is None
 
 
 def test_a_conditional_write_of_the_bytes_already_there_counts_as_done(storage: Storage) -> None:
     storage.write_bytes("r/LATEST", b"gen-000001\n")
     before = storage.stat("r/LATEST")
-    storage.write_bytes("r/LATEST", b"gen-000001\n", if_generation_match=0)  # how a retry of a landed write looks
+    storage.write_bytes("r/LATEST", b"gen-000001\n", if_version_match=0)  # how a retry of a landed write looks
     assert storage.stat("r/LATEST") == before
 
 
@@ -197,7 +197,7 @@ def test_gcs_writes_ride_out_a_server_restart(gcs_private) -> None:
     store.write_bytes("a", b"1")
     gcs_private.emulator.stop()
     threading.Timer(0.5, gcs_private.emulator.start).start()
-    store.write_bytes("b", b"2", if_generation_match=0)  # refused connections, retried until the server is back
+    store.write_bytes("b", b"2", if_version_match=0)  # refused connections, retried until the server is back
     assert store.read_bytes("a") == b"1" and store.read_bytes("b") == b"2"
 
 
@@ -218,11 +218,11 @@ def test_gcs_a_conditional_write_whose_answer_was_lost_is_recognised(gcs_bucket,
         monkeypatch.setenv(EMULATOR_ENV, proxy.url)
         store = open_storage(gcs_bucket, deadline=10.0)
         # The write lands, its answer is lost, the library retries it and the service answers 412.
-        store.write_bytes("r/LATEST", b"gen-000001\n", if_generation_match=0)
+        store.write_bytes("r/LATEST", b"gen-000001\n", if_version_match=0)
         assert proxy.dropped == 1
         assert store.read_bytes("r/LATEST") == b"gen-000001\n"
         with pytest.raises(PreconditionFailed):  # a real conflict still is one
-            store.write_bytes("r/LATEST", b"gen-000002\n", if_generation_match=0)
+            store.write_bytes("r/LATEST", b"gen-000002\n", if_version_match=0)
         store.close()
 
 
