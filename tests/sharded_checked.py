@@ -103,4 +103,4 @@ if __name__ == "__main__":
         loop.edge_bounds = perturb(loop.edge_bounds)
     if os.environ.get("CHECKED_LOG"):
         record_collectives(Path(os.environ["CHECKED_LOG"]), rank)
-    sys.exit(main.main(sys.argv[1:]))
+    main.exit_process(main.main(sys.argv[1:]))

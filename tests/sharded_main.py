@@ -55,4 +55,4 @@ if __name__ == "__main__":
             return run_generation(self)
 
         trainer.Trainer.run_generation = slowly
-    sys.exit(main.main(sys.argv[1:]))
+    main.exit_process(main.main(sys.argv[1:]))
