@@ -159,7 +159,7 @@ def train(argv: list[str]) -> int:
         try:
             trainer.run(until=config.runtime.generations, on_generation=on_generation)
         except RunStopped as stopped:
-            ranks.close(together=True)  # every rank stopped at the same vote: the uploads run outside the group
+            ranks.close()  # every rank stopped at the same vote: as below, the uploads run outside the group
             progress.close()
             # A pre-empted pod has seconds, not minutes: upload what fits, the local copy keeps the rest.
             uploaded = run.finish(timeout=STOP_UPLOAD_GRACE_S, progress=config.runtime.progress)
@@ -173,7 +173,7 @@ def train(argv: list[str]) -> int:
         # Every rank is past its last collective (checkpoints are gathered on this thread, and the last write is
         # done): leave the group now, so that the leader's uploads (minutes) run outside it, with no peer to wait on
         # or to fail with.
-        ranks.close(together=True)
+        ranks.close()
         progress.close()
         uploaded = run.finish(timeout=FINAL_UPLOAD_TIMEOUT_S, progress=config.runtime.progress)
     log(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")

@@ -204,13 +204,9 @@ class Ranks:
                 shared[name][key] = tensor
         return shared
 
-    def close(self, *, together: bool = False) -> None:
-        """Leave the job's process group (nothing to leave for one process, or once left). ``together``: every rank
-        is leaving at this point of a run that ended well, so they first meet at a barrier: none tears its
-        connections down while a peer may still be finishing its last collective over them."""
+    def close(self) -> None:
+        """Leave the job's process group (nothing to leave for one process, or once left)."""
         if dist.is_initialized():
-            if together:
-                dist.barrier()
             dist.destroy_process_group()
 
 

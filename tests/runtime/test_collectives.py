@@ -25,8 +25,8 @@ SCRIPT = str(REPO / "tests" / "sharded_checked.py")
 GENERATIONS = 3
 DEVICE_METHODS = {"gather", "broadcast_", "fetch_rows"}
 """Sharding's collectives over tensors on the training device."""
-HOST_METHODS = {"any", "leader_choice", "share_bytes", "share_tensors", "gather_to_leader", "close"}
-"""Ranks' and Sharding's collectives over host tensors (``close``: the barrier before a run that ended well leaves)."""
+HOST_METHODS = {"any", "leader_choice", "share_bytes", "share_tensors", "gather_to_leader"}
+"""Ranks' and Sharding's collectives over host tensors."""
 
 
 def launch(root: Path, name: str, *, processes: int, env: dict[str, str]) -> subprocess.Popen:
