@@ -1,5 +1,6 @@
 """The command line as a user meets it: bad input is one line on stderr, exit status 2, nothing written."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,15 @@ def test_tensorboard_logs_every_generation_and_a_resume_continues_it(tmp_path):
     logged = events.Scalars("validation/champion")
     assert [e.step for e in logged] == [1, 2, 3]
     assert [e.value for e in logged] == pytest.approx([row["champion_score"] for row in rows], rel=1e-6)
+
+
+@pytest.mark.parametrize("launched", [True, False], ids=["torchrun-process", "one-process"])
+def test_a_torchrun_process_ends_without_the_interpreters_teardown(launched):
+    """``main.exit_process``: under torchrun the exit code is kept and nothing of the teardown runs (an atexit
+    handler stands for it); a process of its own ends as any program does."""
+    code = "import atexit, main; atexit.register(print, 'teardown'); print('flushed', end=''); main.exit_process(3)"
+    variables = dict.fromkeys(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"), "0")
+    env = {k: v for k, v in os.environ.items() if k not in variables} | (variables if launched else {})
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == ("flushed" if launched else "flushedteardown\n")
