@@ -138,10 +138,6 @@ class Learner:
         return [c for c in (self.critic, self.twin_critic) if c is not None]
 
     @property
-    def critic_targets(self) -> list[Critic]:
-        return [c for c in (self.critic_target, self.twin_critic_target) if c is not None]
-
-    @property
     def loss_names(self) -> tuple[str, ...]:
         """The losses ``update`` reports, in order: the critics' (when trained) and the actor's."""
         return ("critic", "actor") if self.trains_critic else ("actor",)

@@ -81,7 +81,6 @@ LABELS = {
     "cash": "cash",
     INDEX: "index",
 }
-REPORT_FILES = ("evaluation.json", "evaluation.csv", "daily.csv", "equity.png", "drawdowns.png", "weights.png")
 
 
 @dataclass

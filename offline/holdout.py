@@ -33,8 +33,6 @@ from offline.risk import RiskMetrics, risk_metrics
 from training.parts import build_population
 from training.streams import make_generators
 
-POLICY_STRATEGIES = ("champion", "untrained")
-"""Strategies driven by an actor."""
 RULE_STRATEGIES = ("equal_weight", "buy_and_hold", "cash")
 """Strategies driven by a fixed rule."""
 INDEX = "index"

@@ -32,9 +32,8 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
 """Every key the trainer writes and a resume reads, with its type."""
 OPTIONAL_TYPES: dict[str, type] = {"device": dict}
 """Keys that checkpoints of earlier versions lack; when present, they must have this type."""
-UNREAD_KEYS = ("replay_pos", "replay_size")
-"""Keys earlier versions wrote that nothing reads (the buffer's own checkpoint group holds its position and size):
-a document holding them still loads."""
+# Keys no reader asks for are passed over: earlier versions wrote replay_pos and replay_size, which the buffer's own
+# checkpoint group holds now, and such a document still loads.
 RENAMED_KEYS = {"champion_edge": "champion_bound"}
 """Keys renamed since earlier versions, old name to new (the champion's bound was called its edge)."""
 

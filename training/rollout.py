@@ -215,7 +215,7 @@ class Rollouts:
         self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
         self.exchange = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets)
         self.episodes_generator = generators["episodes"]
-        self.exploration_generator = exploration = generators["exploration"]
+        exploration = generators["exploration"]
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
         self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day, device=market.device)
         work = functools.partial(

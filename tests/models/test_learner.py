@@ -181,7 +181,8 @@ def test_nothing_reads_the_critic_under_the_model_objective_at_gamma_zero_so_it_
     learner = _learner(seed=13, gamma=0.0, actor_objective="model", algorithm=algorithm)
     assert not learner.trains_critic and learner.loss_names == ("actor",)
     critic_before = {k: t.clone() for k, t in learner.agent_tensors().items() if not k.startswith("actor")}
-    networks = [*learner.critics, *learner.critic_targets, learner.actor_target]
+    targets = [c for c in (learner.critic_target, learner.twin_critic_target) if c is not None]
+    networks = [*learner.critics, *targets, learner.actor_target]
     calls = [_calls(m) for m in networks]
     losses = learner.update(_batch(seed=14))
     assert set(losses) == {"actor"} and losses["actor"].shape == (P,)
