@@ -16,17 +16,20 @@ import torch
 
 from config import Config
 from environment.market import Market
-from persistence import checkpoint, remote, run_folder
+from persistence import checkpoint, run_folder
 from persistence.provenance import market_fingerprint
+from persistence.run_folder import bucket
 from persistence.state_document import history_problem, state_problem, upgraded
 from training.checkpointing import holds_the_buffer
 from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 
 ACTOR_FORMAT = "erl-trader-actor"
-ACTOR_FORMAT_VERSION = 2
-"""2 added ``precision`` and ``training_precision``; a version 1 file lacks them and is float32 all the same."""
-ACTOR_FORMAT_VERSIONS = (1, 2)
+ACTOR_FORMAT_VERSION = 3
+"""2 added ``precision`` and ``training_precision`` (a version 1 file lacks them and is float32 all the same); 3 names
+the champion's validation score ``champion_score``, as the checkpoint does (``validation_score`` before), and adds
+its ``champion_bound``."""
+ACTOR_FORMAT_VERSIONS = (1, 2, 3)
 """The versions ``evaluate`` reads."""
 PRECISION = "float32"
 """The arithmetic an exported or evaluated champion runs in."""
@@ -106,7 +109,7 @@ def locate(target: str | Path, scratch: Path | None = None) -> Located:
     if str(target).startswith("gs://"):
         if scratch is None:
             raise ValueError("a gs:// target needs a scratch folder")
-        gen_dir, in_bucket = remote.fetch_generation(str(target), scratch, skip=left_in_bucket)
+        gen_dir, in_bucket = bucket.fetch_generation(str(target), scratch, skip=left_in_bucket)
         located = locate(gen_dir)
         problems = {name: None if name in in_bucket else p for name, p in located.file_problems.items()}
         is_run = checkpoint.parse_dirname(str(target).rstrip("/").rsplit("/", 1)[-1]) is None

@@ -1,3 +1,4 @@
-"""Keeping a run durable: the checkpoint format, staging and the writer thread, recovering from damaged generations,
-run provenance, the state document, metrics rows on disk, storage backends (local folders, GCS) and the bucket
-uploader. Imports nothing from ``training`` or ``offline``."""
+"""Keeping a run durable: a generation's files (the checkpoint format, the state document, staging and the writer
+thread), a run folder in one place (``run_folder``: its names, the start and resume decisions, recovery from damaged
+generations, the bucket's copy), run provenance, metrics rows on disk and the storage backends (local folders, GCS).
+Imports nothing from ``training`` or ``offline``."""

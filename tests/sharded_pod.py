@@ -20,17 +20,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(workdir: Path, generations: int, training: list[str]) -> int:
-    from persistence import remote
     from persistence.gcs import EMULATOR_ENV, open_storage
+    from persistence.run_folder import bucket
     from tests.gcs_server import GCSEmulator, emulator_binary
 
     server = GCSEmulator(emulator_binary(), workdir / "fake-gcs")
     server.start()
     try:
         os.environ[EMULATOR_ENV] = server.url
-        bucket = f"test-{secrets.token_hex(6)}"
-        server.create_bucket(bucket)
-        uri = f"gs://{bucket}/runs"
+        bucket_name = f"test-{secrets.token_hex(6)}"
+        server.create_bucket(bucket_name)
+        uri = f"gs://{bucket_name}/runs"
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         train = [
             *torchrun,
@@ -47,7 +47,7 @@ def main(workdir: Path, generations: int, training: list[str]) -> int:
         ]
         for pod, expected in zip(pods, (2, generations)):
             done = subprocess.run(pod, cwd=workdir, capture_output=True, text=True)
-            latest = remote.latest_in_bucket(open_storage(uri), "r")
+            latest = bucket.latest_in_bucket(open_storage(uri), "r")
             if done.returncode != 0 or latest != expected:
                 print(f"bucket at {latest}, expected {expected}\n{done.stdout}\n{done.stderr}")
                 return 1

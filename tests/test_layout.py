@@ -6,14 +6,15 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("utils", "environment", "models", "persistence", "training", "offline")
+PACKAGES = ("utils", "environment", "models", "runtime", "persistence", "training", "offline")
 MAY_IMPORT = {
     "utils": set(),
     "environment": {"utils"},
     "models": {"environment", "utils", "config"},
-    "persistence": {"environment", "models", "utils"},
-    "training": {"persistence", "models", "environment", "utils", "config"},
-    "offline": {"training", "persistence", "models", "environment", "utils", "config"},
+    "runtime": {"models", "utils", "config"},
+    "persistence": {"environment", "models", "utils", "config"},
+    "training": {"runtime", "persistence", "models", "environment", "utils", "config"},
+    "offline": {"training", "runtime", "persistence", "models", "environment", "utils", "config"},
 }
 """What each package may import besides itself (``config`` imports ``utils.errors`` only)."""
 
@@ -32,7 +33,7 @@ def imported_packages(path: Path) -> set[str]:
 def test_every_package_imports_only_what_the_layout_allows():
     wrong = []
     for package, allowed in MAY_IMPORT.items():
-        for path in sorted((REPO / package).glob("*.py")):
+        for path in sorted((REPO / package).rglob("*.py")):  # sub-packages too
             for target in imported_packages(path) - allowed - {package}:
                 wrong.append(f"{path.relative_to(REPO)} imports {target}")
     assert not wrong, "\n".join(wrong)
@@ -45,5 +46,5 @@ def test_the_checker_sees_an_import_the_layout_forbids(tmp_path):
 
 
 def test_tests_mirror_the_packages():
-    for package in ("training", "persistence", "offline", "models", "environment", "utils"):
+    for package in ("training", "runtime", "persistence", "offline", "models", "environment", "utils"):
         assert (REPO / "tests" / package).is_dir(), f"tests/{package} is missing"

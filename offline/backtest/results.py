@@ -15,6 +15,7 @@ from offline.backtest.plan import Fold
 from offline.holdout import INDEX, score_champion
 from offline.overfitting import diagnose
 from persistence import checkpoint, jsonl
+from persistence.state_document import read_state
 from training.runs import train_to_end
 from utils.errors import CheckpointError, ConfigError
 
@@ -78,11 +79,9 @@ def _run_market(run_dir: Path) -> str | None:
     """The market fingerprint the run's latest complete checkpoint records; None without a readable one (resuming
     the run then reports the damage)."""
     try:
-        state = checkpoint.read_document(checkpoint.open_generation(run_dir), "state")
+        return read_state(checkpoint.open_generation(run_dir))["market_fingerprint"]  # checked: a string
     except CheckpointError:
         return None
-    recorded = state.get("market_fingerprint") if isinstance(state, dict) else None
-    return recorded if isinstance(recorded, str) else None
 
 
 def result_problem(result: Any, fold: Fold) -> str | None:

@@ -24,13 +24,13 @@ from models.population import Population
 from models.replay import ReplayBuffer
 from models.share import Share
 from persistence import checkpoint
+from persistence.run_folder import RESUMABLE_CHANGES
 from runtime.sharding import Ranks, Sharding, check_node_address
 from tests import loopback_only
 from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
-from training.runs import RESUMABLE_CHANGES
 from utils.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

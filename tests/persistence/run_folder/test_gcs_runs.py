@@ -5,8 +5,9 @@ from pathlib import Path
 
 import main
 from config import override, preset
-from persistence import checkpoint, remote
+from persistence import checkpoint
 from persistence.gcs import open_storage
+from persistence.run_folder import bucket
 from tests.run_checks import deterministic, rows, state_digest
 from training.runs import start_run
 
@@ -18,7 +19,7 @@ def train(*args: str) -> int:
 def bucket_matches_local(uri: str, run_dir: Path) -> int:
     """The bucket's LATEST generation, after checking its manifest and files equal the local ones."""
     storage = open_storage(uri)
-    generation = remote.latest_in_bucket(storage, run_dir.name)
+    generation = bucket.latest_in_bucket(storage, run_dir.name)
     gen_dir = run_dir / checkpoint.generation_dirname(generation)
     for path in gen_dir.iterdir():
         assert storage.read_bytes(f"{run_dir.name}/{gen_dir.name}/{path.name}") == path.read_bytes(), path.name

@@ -48,7 +48,7 @@ from persistence.checkpoint import (
     parse_manifest,
 )
 from persistence.jsonl import committed_length
-from persistence.run_folder import CONFIG_NAME, METRICS_NAME
+from persistence.run_folder.names import CONFIG_NAME, METRICS_NAME
 from persistence.storage import PreconditionFailed, Storage, check_key
 from utils.errors import CheckpointError, one_line
 

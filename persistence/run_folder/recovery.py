@@ -15,7 +15,8 @@ import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from persistence import checkpoint, remote
+from persistence import checkpoint
+from persistence.run_folder import bucket
 from persistence.storage import Storage
 from utils.errors import CheckpointError, one_line
 
@@ -54,11 +55,11 @@ def find_generation(run_dir: Path, storage: Storage | None, wanted: int | None) 
     found = Found()
     local = dict(checkpoint.generation_folders(run_dir))
     if storage is not None:
-        found.bucket_latest = remote.latest_in_bucket(storage, run_dir.name)
+        found.bucket_latest = bucket.latest_in_bucket(storage, run_dir.name)
     if found.bucket_latest is not None:  # folders past the bucket's LATEST are uploads in progress, not candidates
         found.bucket_complete = {
             g
-            for g, names in remote.generation_folders(storage, run_dir.name).items()
+            for g, names in bucket.generation_folders(storage, run_dir.name).items()
             if g <= found.bucket_latest and checkpoint.MANIFEST_NAME in names
         }
     pointers = [g for g in (checkpoint.latest_generation(run_dir), found.bucket_latest) if g is not None]
@@ -85,7 +86,7 @@ def find_generation(run_dir: Path, storage: Storage | None, wanted: int | None) 
             return found
         if generation in found.bucket_complete or generation == found.bucket_latest:
             try:
-                found.staged = remote.download_generation(storage, run_dir.name, generation, run_dir)
+                found.staged = bucket.download_generation(storage, run_dir.name, generation, run_dir)
             except CheckpointError as error:
                 where = f"{storage.uri}/{run_dir.name}/{checkpoint.generation_dirname(generation)}"
                 found.damaged.append(Damage(generation, where, str(error), in_bucket=True))
@@ -141,7 +142,7 @@ def pass_over(
         # holds up to the one the run continues from (which resume_run uploads first when the bucket lacks it).
         kept = [g for g in found.bucket_complete if g <= found.generation]
         in_bucket = [damage for damage in damaged if damage.in_bucket]
-        moved = remote.set_aside_in_bucket(
+        moved = bucket.set_aside_in_bucket(
             storage,
             run_dir.name,
             [damage.generation for damage in in_bucket],

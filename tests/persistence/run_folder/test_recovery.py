@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import main
-from persistence import checkpoint, remote
+from persistence import checkpoint
 from persistence.gcs import open_storage
+from persistence.run_folder import bucket
 from tests.run_checks import rows
 
 TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress", "--device", "cpu"]
@@ -151,7 +152,7 @@ def test_a_new_pod_falls_back_past_a_generation_damaged_in_the_bucket(gcs_bucket
     assert main.main([*command, "--resume-or-start", "--generations", "2"]) == 0
     assert main.main([*command, "--resume-or-start", "--generations", "3"]) == 0
     storage = open_storage(gcs_bucket)
-    assert {2, 3} <= set(remote.generation_folders(storage, "r"))
+    assert {2, 3} <= set(bucket.generation_folders(storage, "r"))
     key = "r/gen-000003/population.safetensors"
     data = bytearray(storage.read_bytes(key))
     data[len(data) // 2] ^= 0xFF
@@ -180,7 +181,7 @@ def test_a_new_pod_falls_back_past_a_generation_damaged_in_the_bucket(gcs_bucket
         for key, data in bucket_files(gcs_bucket, f"r/{aside}").items()
     }
     assert kept == {key: data for key, data in in_bucket.items() if key.startswith("r/gen-000003/")}  # byte for byte
-    assert remote.latest_in_bucket(storage, "r") == 4
+    assert bucket.latest_in_bucket(storage, "r") == 4
     for name, data in tensors(fresh / "gen-000003").items():  # written again, as it was before the damage
         assert data == original[name] == storage.read_bytes(f"r/gen-000003/{name}"), name
     assert checkpoint.verify_generation(fresh / "gen-000003") == []

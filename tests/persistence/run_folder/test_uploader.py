@@ -15,8 +15,8 @@ import torch
 
 from persistence.checkpoint import generation_dirname, write_generation
 from persistence.gcs import open_storage
+from persistence.run_folder.uploader import CheckpointUploader
 from persistence.storage import Storage
-from persistence.uploader import CheckpointUploader
 from tests.memory_storage import MemoryStorage
 from utils.errors import StorageError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from persistence import checkpoint
 from persistence.gcs import open_storage
-from persistence.run_folder import CONFIG_NAME
+from persistence.run_folder.names import CONFIG_NAME
 from persistence.storage import PreconditionFailed, Storage, parse_uri
 from utils.errors import CheckpointError
 
