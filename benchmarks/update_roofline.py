@@ -5,7 +5,7 @@
     python benchmarks/update_roofline.py --json
     python benchmarks/update_roofline.py --preset paper --set runtime.device=cpu --check-profiler
 
-One batched update of every agent (``Updates.step``: the buffer's sample, both losses and backward passes, the
+One batched update of every agent (``UpdatePhase.step``: the buffer's sample, both losses and backward passes, the
 per-agent clip, both Adams, Polyak averaging), timed over ``--updates`` calls after the buffer is filled by rollouts
 and the first calls are left out; with ``runtime.cuda_graphs`` on CUDA, as the loop runs it (``runtime.graphs``).
 The counts below are of one eager call: the same on every device.
@@ -352,7 +352,7 @@ def compulsory_bytes(trainer: Trainer) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        trainer.updates.step()
+        trainer.update_phase.step()
     return 3 * parameters + 2 * parameters + 4 * parameters + 2 * targets + 2 * saved[0]
 
 
@@ -362,16 +362,18 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
         trainer = Trainer(config, load_market(config, device), Path(folder), log=lambda line: None)
         while len(trainer.buffer) < max(config.learner.learning_starts, config.learner.batch_size):
             trainer.rollouts.run(trainer.rollouts.sample_starts())
-        update = trainer.updates.step  # one batched update, eager: what is counted
+        update = trainer.update_phase.step  # one batched update, eager: what is counted
         with FlopCounterMode(display=False) as flops:
             update()
         kernels = count_kernels(update)
         checked = profiler_check(update, device) if check_profiler else None
         compulsory = compulsory_bytes(trainer)
         # The loop's update, as the update phase calls it: graphed with runtime.cuda_graphs on CUDA.
-        trainer.updates.begin(frozen=torch.zeros(trainer.sharding.share.agents, dtype=torch.bool))
-        graphed = trainer.updates.steps[True]
-        seconds = timed(lambda: trainer.updates(0), device, repeats=updates, warmup=graphed.warmup + 2)  # past capture
+        trainer.update_phase.begin(frozen=torch.zeros(trainer.sharding.share.agents, dtype=torch.bool))
+        graphed = trainer.update_phase.steps[True]
+        seconds = timed(
+            lambda: trainer.update_phase(0), device, repeats=updates, warmup=graphed.warmup + 2
+        )  # past capture
         precision = torch.get_float32_matmul_precision()
         peaks = measured_peaks(device, size=8192 if device.type == "cuda" else 1024)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -6,9 +6,9 @@ and must match the fingerprint the run recorded. The champion and the untrained 
 (``offline.stored.in_float32``), whatever the run trained with, so a run and its export give the same figures.
 ``offline.holdout`` does the scoring; this module finds the champion, prints the table and writes the report:
 
-* ``evaluation.json``: every figure of every strategy on both ranges, with the windows and the source, and the
-  overfitting diagnostics of the run's choice (``offline.overfitting``: deflated Sharpe ratio and PBO, from the
-  run's history; n/a for an export);
+* ``evaluation.json``: every figure of every strategy on both ranges, with the episodes' start days and the source,
+  and the overfitting diagnostics of the run's choice (``offline.overfitting``: deflated Sharpe ratio and PBO, from
+  the run's history; n/a for an export);
 * ``evaluation.csv``: the same figures, one row per (range, strategy);
 * ``daily.csv``: every strategy's daily log return, one row per day;
 * ``equity.png``, ``drawdowns.png``, ``weights.png``: equity curves and drawdowns of the champion against the
@@ -84,14 +84,15 @@ LABELS = {
 
 
 @dataclass
-class Champion:
-    """What evaluation needs from a target."""
+class ChampionActor:
+    """The champion actor a target holds, as evaluation needs it: the run's champion record is
+    ``training.selection.ChampionRecord``; an exported bundle is ``offline.export``'s folder."""
 
     config: Config
     market: Market
     actor: Actor
     source: dict[str, Any]
-    """Where the champion came from: kind, path, generation, champion generation, validation score."""
+    """Where the champion came from: kind, path, generation, and its record (champion generation, score, bound)."""
     history: list[dict[str, Any]] | None
     default_out: Path
 
@@ -111,7 +112,7 @@ def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, 
             param.copy_(value)
 
 
-def _from_export(folder: Path, label: str) -> Champion:
+def _from_export(folder: Path, label: str) -> ChampionActor:
     try:
         spec = json.loads((folder / "actor.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -137,12 +138,13 @@ def _from_export(folder: Path, label: str) -> Champion:
         "path": label,
         "generation": spec.get("generation"),
         "champion_generation": spec.get("champion_generation"),
-        "validation_score": spec.get("validation_score"),
+        "champion_score": spec.get("champion_score", spec.get("validation_score")),  # before version 3
+        "champion_bound": spec.get("champion_bound"),
     }
-    return Champion(config, market, actor, source, None, folder / "evaluation")
+    return ChampionActor(config, market, actor, source, None, folder / "evaluation")
 
 
-def _from_checkpoint(target: str, scratch: Path) -> Champion:
+def _from_checkpoint(target: str, scratch: Path) -> ChampionActor:
     located = locate(target, scratch)
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot evaluate")
@@ -157,17 +159,17 @@ def _from_checkpoint(target: str, scratch: Path) -> Champion:
         "path": str(target).rstrip("/") if str(target).startswith("gs://") else str(gen.path),
         "generation": gen.generation,
         "champion_generation": state.get("champion_generation"),
-        "validation_score": state.get("champion_score"),
-        "validation_bound": state["champion_bound"],
+        "champion_score": state.get("champion_score"),
+        "champion_bound": state["champion_bound"],
     }
     run_dir = located.run_dir
     default = (run_dir if run_dir is not None else gen.path.parent) / "evaluation" / gen.path.name
-    return Champion(config, market, actor, source, history if isinstance(history, list) else None, default)
+    return ChampionActor(config, market, actor, source, history if isinstance(history, list) else None, default)
 
 
 def describe_champion(source: dict[str, Any]) -> str:
     """One line: where the champion comes from and what selection saw in it."""
-    score = source.get("validation_score")
+    score = source.get("champion_score")
     score_text = "n/a" if score is None else f"{score:+.4f}"
     where = f"champion of {source['path']} (generation {source.get('generation')}"
     if source.get("champion_generation") == 0:
@@ -175,7 +177,7 @@ def describe_champion(source: dict[str, Any]) -> str:
             f"{where}: equal weight; no agent's edge over it survived the selection test, "
             f"validation log return {score_text})"
         )
-    bound = source.get("validation_bound", source.get("validation_edge"))  # an export of an earlier version
+    bound = source.get("champion_bound")  # None for an export before version 3
     edge_text = "" if bound is None else f", edge lower bound {bound * 100:+.1f}%/y"
     generation = source.get("champion_generation")
     return f"{where}, found in generation {generation}, validation log return {score_text}{edge_text})"
@@ -197,7 +199,7 @@ def _remote_export(uri: str, scratch: Path) -> Path | None:
     return scratch
 
 
-def load_champion(target: str, scratch: Path) -> Champion:
+def load_champion(target: str, scratch: Path) -> ChampionActor:
     """The champion of a run, a generation or an export (local or gs://), with its config and rebuilt market.
 
     Raises:
@@ -227,7 +229,7 @@ def _strategies(result: RangeResult) -> list[str]:
     return list(result.traces)
 
 
-def diagnostics(champion: Champion, results: dict[str, RangeResult]) -> dict[str, Any]:
+def diagnostics(champion: ChampionActor, results: dict[str, RangeResult]) -> dict[str, Any]:
     """The deflated Sharpe ratio and PBO of the run's choice (``offline.overfitting``): the trials come from the
     checkpoint's history, the champion's daily validation excess over equal weight from ``results``."""
     if champion.source["kind"] == "export":
@@ -237,7 +239,7 @@ def diagnostics(champion: Champion, results: dict[str, RangeResult]) -> dict[str
     return diagnose(champion.history, excess, crowned=bool(champion.source.get("champion_generation")))
 
 
-def selection_reading(champion: Champion) -> str:
+def selection_reading(champion: ChampionActor) -> str:
     """What the run's selection gate concluded by the champion's generation (``training.records.selection_verdict``):
     the champion's evidence, or how many validation days would prove the agent closest to proof."""
     if champion.source["kind"] == "export":
@@ -247,7 +249,9 @@ def selection_reading(champion: Champion) -> str:
     return f"selection: {verdict or 'n/a (no metrics row of this version)'}"
 
 
-def report_document(champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]) -> dict[str, Any]:
+def report_document(
+    champion: ChampionActor, results: dict[str, RangeResult], overfitting: dict[str, Any]
+) -> dict[str, Any]:
     """Everything ``evaluation.json`` holds; ``overfitting`` is ``diagnostics``' answer."""
     env = champion.config.env
     return {
@@ -261,7 +265,7 @@ def report_document(champion: Champion, results: dict[str, RangeResult], overfit
             name: {
                 "first_day": result.dates[0],
                 "last_day": result.dates[-1],
-                "window_starts": result.window_starts,
+                "episode_starts": result.episode_starts,
                 "metrics": {strategy: m.to_dict() for strategy, m in result.metrics.items()},
             }
             for name, result in results.items()
@@ -321,7 +325,7 @@ def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
                 writer.writerow([date, name, *(repr(float(result.traces[s].log_returns[day])) for s in strategies)])
 
 
-def _write_plots(out: Path, champion: Champion, results: dict[str, RangeResult]) -> list[str]:
+def _write_plots(out: Path, champion: ChampionActor, results: dict[str, RangeResult]) -> list[str]:
     title = f"champion of {champion.source['path']} (generation {champion.source['generation']})"
 
     def panel_title(result: RangeResult) -> str:
@@ -381,7 +385,7 @@ def _day_before(market: Market, date: str) -> str:
 
 
 def write_report(
-    out: Path, champion: Champion, results: dict[str, RangeResult], overfitting: dict[str, Any]
+    out: Path, champion: ChampionActor, results: dict[str, RangeResult], overfitting: dict[str, Any]
 ) -> list[str]:
     """Write the report files into ``out`` (created if needed); returns their names."""
     if out.exists() and not out.is_dir():

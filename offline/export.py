@@ -147,7 +147,8 @@ def actor_spec(
             "validation": span(validation),
             "holdout": span(holdout),
         },
-        "validation_score": state.get("champion_score"),
+        "champion_score": state.get("champion_score"),
+        "champion_bound": state.get("champion_bound"),
         "champion_generation": state.get("champion_generation"),
         "generation": gen.generation,
         "source": {
@@ -233,7 +234,7 @@ def readme_text(spec: dict[str, Any], folder_name: str) -> str:
     arch = spec["architecture"]
     features = "\n".join(f"* `{name}`: {text}" for name, text in spec["feature_definitions"].items())
     source = spec["source"]
-    score = spec["validation_score"]
+    score = spec["champion_score"]
     score_text = "n/a" if score is None else f"{score:+.4f}"
     found = (
         "equal weight: no agent's edge over it passed the selection test"
@@ -352,7 +353,7 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    score = spec["validation_score"]
+    score = spec["champion_score"]
     found = "equal weight" if spec["champion_generation"] == 0 else f"found in generation {spec['champion_generation']}"
     log(
         f"exported the champion of {gen.path} ({found}, validation log return "

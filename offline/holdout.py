@@ -1,4 +1,4 @@
-"""Out-of-sample evaluation: the champion against the obvious alternatives, on the same windows and costs.
+"""Out-of-sample evaluation: the champion against the obvious alternatives, on the same episodes and costs.
 
 A range (validation or holdout) is run as one episode, the way validation scores the champion during training:
 every strategy starts in cash on the decision day before the range's first day and trades every day of it.
@@ -59,7 +59,7 @@ class RangeResult:
     """'validation' or 'holdout'."""
     dates: list[str]
     """(D,) the day each return is earned (the close it is measured at)."""
-    window_starts: list[str]
+    episode_starts: list[str]
     """The first decision day (the episode starts in cash at its close)."""
     traces: dict[str, Trace]
     metrics: dict[str, RiskMetrics]
@@ -139,7 +139,7 @@ def run_range(
     return RangeResult(
         name=name,
         dates=[market.dates[day] for day in earned],
-        window_starts=[market.dates[start] for start in starts],
+        episode_starts=[market.dates[start] for start in starts],
         traces=traces,
         metrics=metrics,
     )

@@ -30,7 +30,7 @@ from persistence.staging import StagingBuffers
 from persistence.state_document import build_state, read_state
 from persistence.writer import CheckpointWriter
 from runtime.sharding import Sharding
-from training.selection import Champion
+from training.selection import ChampionRecord
 from training.streams import HOST_STREAMS
 from utils.errors import CheckpointError
 
@@ -91,7 +91,7 @@ class TrainerState(NamedTuple):
     """
 
     generation: int
-    champion: Champion
+    champion: ChampionRecord
     population: dict[str, torch.Tensor]
     """Every agent tensor and the champion's, by checkpoint key (``Population.state_tensors``)."""
     optimiser_steps: dict[str, torch.Tensor]
@@ -283,7 +283,7 @@ class Checkpointing:
         score = document["champion_score"]
         return TrainerState(
             generation=int(document["generation"]),
-            champion=Champion(
+            champion=ChampionRecord(
                 score=-math.inf if score is None else float(score),
                 bound=float(document["champion_bound"]),
                 generation=int(document["champion_generation"]),

@@ -42,7 +42,7 @@ from training.records import Scores, format_line, generation_row
 from training.selection import (
     EQUAL_WEIGHT,
     TRADING_DAYS,
-    Champion,
+    ChampionRecord,
     Look,
     ValidationReturns,
     choose_champion,
@@ -102,12 +102,12 @@ class Trainer:
             self.buffer,
             self.rollouts,
             self.validation,
-            self.updates,
+            self.update_phase,
             self.gate,
             self.compilation,
         ) = build_parts(config, market, sharding)
         self.generation = 0
-        self.champion: Champion = EQUAL_WEIGHT
+        self.champion: ChampionRecord = EQUAL_WEIGHT
         self.checkpoints = Checkpointing(
             self.run_dir,
             config=config,
@@ -204,7 +204,7 @@ class Trainer:
         )
         crowned = self.sharding.crown(self.population, choice)  # the leader's choice, on every process
         slot = popsize if crowned is None else crowned  # the champion's slot, crowned now or before
-        self.champion = Champion(
+        self.champion = ChampionRecord(
             score=float(totals[slot]),
             bound=float(scores.bounds[slot]),
             generation=self.champion.generation if crowned is None else generation,
@@ -249,17 +249,19 @@ class Trainer:
         over the updates that computed it, by name)."""
         settings = self.config.learner
         updates = settings.updates_per_generation if len(self.buffer) >= settings.learning_starts else 0
-        self.updates.begin(frozen=self.sharding.share.mine(plan.elite))  # this generation's elites held here
+        self.update_phase.begin(frozen=self.sharding.share.mine(plan.elite))  # this generation's elites held here
         for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.
             if not self.sharding.distributed and self.should_stop():
                 raise RunStopped(self.generation)
-            self.updates(index)
-        sums = to_host(self.sharding.gather(self.updates.loss_sums).T)  # (losses, P)
-        counted = self.updates.updates_counted(updates)
-        means = sums / torch.tensor([[max(counted[name], 1)] for name in self.updates.loss_names], dtype=sums.dtype)
-        losses = dict(zip(self.updates.loss_names, means))
+            self.update_phase(index)
+        sums = to_host(self.sharding.gather(self.update_phase.loss_sums).T)  # (losses, P)
+        counted = self.update_phase.updates_counted(updates)
+        means = sums / torch.tensor(
+            [[max(counted[name], 1)] for name in self.update_phase.loss_names], dtype=sums.dtype
+        )
+        losses = dict(zip(self.update_phase.loss_names, means))
         self.timer.mark("update_s")
         return updates, losses
 

@@ -22,7 +22,7 @@ from runtime.sharding import Sharding
 from training.rollout import Rollouts, Validation
 from training.selection import SequentialGate, validation_block_length
 from training.streams import gate_generator, make_generators
-from training.update import Updates
+from training.update import UpdatePhase
 
 
 class LoopParts(NamedTuple):
@@ -35,7 +35,7 @@ class LoopParts(NamedTuple):
     """The replay buffer all agents share: a ring of transitions, never of observations."""
     rollouts: Rollouts
     validation: Validation
-    updates: Updates
+    update_phase: UpdatePhase
     gate: SequentialGate | None
     """The selection gate (``training.selection``); None with ``selection.method=bonferroni``."""
     compilation: Compilation
@@ -98,7 +98,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         buffer=buffer,
         rollouts=Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs),
         validation=validation,
-        updates=Updates(
+        update_phase=UpdatePhase(
             config, population.learner, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs
         ),
         gate=make_gate(config, market),

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from training.selection import TRADING_DAYS, Champion, ValidationReturns, days_to_prove, t_statistics
+from training.selection import TRADING_DAYS, ChampionRecord, ValidationReturns, days_to_prove, t_statistics
 from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
 
 MEASURED_KEYS = frozenset(
@@ -90,7 +90,7 @@ def generation_row(
     generation: int,
     scores: Scores,
     *,
-    champion: Champion,
+    champion: ChampionRecord,
     champion_edge: float,
     elites: list[int],
     losses: dict[str, torch.Tensor],

@@ -121,8 +121,8 @@ class ValidationReturns(NamedTuple):
         return self.rows.sum(dim=1)
 
 
-class Champion(NamedTuple):
-    """The run's champion, as one value: equal weight (generation 0) until an agent proves an edge over it."""
+class ChampionRecord(NamedTuple):
+    """The run's champion record, as one value: equal weight (generation 0) until an agent proves an edge over it."""
 
     score: float
     """Its validation log return (on the days every candidate is compared on); -inf before the first look."""
@@ -132,7 +132,7 @@ class Champion(NamedTuple):
     """The generation that crowned it; 0: equal weight."""
 
 
-EQUAL_WEIGHT = Champion(score=-math.inf, bound=0.0, generation=0)
+EQUAL_WEIGHT = ChampionRecord(score=-math.inf, bound=0.0, generation=0)
 """The champion before any agent is crowned."""
 
 

@@ -38,7 +38,7 @@ class ObservationNoise(NamedTuple):
             windows.add_(self.share.mine(draws), alpha=self.stdev)
 
 
-class Updates:
+class UpdatePhase:
     """What the update phase keeps from one update to the next, allocated once: the losses summed over a
     generation, the observation noise's draws; and its steps (one with the actor's step, and for TD3 one without).
 

@@ -109,7 +109,7 @@ def test_export_writes_the_three_files(capsys, exported, smoke_run, trained):
     assert np.array(spec["normalisation"]["mean"]).shape == (num_assets, num_features)
     assert torch.equal(torch.tensor(spec["normalisation"]["mean"]), market.feature_mean)
     assert torch.equal(torch.tensor(spec["normalisation"]["std"]), market.feature_std)
-    assert spec["validation_score"] == state["champion_score"]
+    assert spec["champion_score"] == state["champion_score"] and spec["champion_bound"] == state["champion_bound"]
     assert spec["champion_generation"] == state["champion_generation"]
     assert spec["generation"] == 3
     assert spec["source"]["run_dir"] == str(smoke_run) and spec["source"]["config"] == state["config"]

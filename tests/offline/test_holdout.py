@@ -62,7 +62,7 @@ def holdout():
 
 def test_one_episode_and_its_dates(holdout):
     # decisions on days 23..28 earn days 24..29: the range is one episode, started in cash on day 23
-    assert holdout.window_starts == ["2020-01-24"]
+    assert holdout.episode_starts == ["2020-01-24"]
     assert holdout.dates == [f"2020-01-{d:02d}" for d in range(25, 31)]
     assert set(holdout.traces) == {"champion", "equal_weight", "buy_and_hold", "cash", "index"}
 

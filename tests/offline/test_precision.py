@@ -129,6 +129,21 @@ def test_a_version_1_export_without_precision_still_evaluates(exported, evaluate
     assert champion_returns(tmp_path / "report") == champion_returns(evaluated)
 
 
+def test_a_version_2_export_still_reads_its_champion_score(exported, evaluated, tmp_path):
+    """Version 3 calls the champion's validation score as the checkpoint does; a bundle that says validation_score
+    evaluates the same and reports its score under the one name."""
+    old = tmp_path / "old"
+    shutil.copytree(exported, old)
+    spec = json.loads((old / "actor.json").read_text())
+    score = spec.pop("champion_score")
+    del spec["champion_bound"]
+    (old / "actor.json").write_text(json.dumps({**spec, "validation_score": score, "format_version": 2}))
+    assert main.main(["evaluate", str(old), "--out", str(tmp_path / "report")]) == 0
+    assert champion_returns(tmp_path / "report") == champion_returns(evaluated)
+    source = json.loads((tmp_path / "report" / "evaluation.json").read_text())["source"]
+    assert source["champion_score"] == score and source["champion_bound"] is None
+
+
 @pytest.mark.parametrize(
     ("change", "phrase"),
     [({"precision": "bfloat16"}, "precision 'bfloat16'"), ({"format_version": 99}, "format_version 99")],

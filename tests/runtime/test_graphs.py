@@ -54,8 +54,8 @@ def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
     # The rollout's days and validation's are one graph each, captured once; the update's is captured again while the
     # buffer fills (its size bounds the draws), then kept: sizes 168, 336 and then the full 400.
     assert graphed.rollouts.step.captures == 1 and graphed.validation.step.captures == 1
-    assert graphed.updates.steps[True].captures == 3
-    assert eager.updates.steps[True].captures == eager.rollouts.step.captures == 0
+    assert graphed.update_phase.steps[True].captures == 3
+    assert eager.update_phase.steps[True].captures == eager.rollouts.step.captures == 0
 
 
 @pytest.mark.gpu
@@ -66,7 +66,7 @@ def test_on_a_gpu_replayed_graphs_train_the_eager_numbers_to_float_tolerance(tmp
     graphed = train(tmp_path / "graphs", graphs=True, generations=1)
     eager = train(tmp_path / "eager", graphs=False, generations=1)
     assert graphed.rollouts.step.captures == graphed.validation.step.captures == 1
-    assert graphed.updates.steps[True].captures == 1
+    assert graphed.update_phase.steps[True].captures == 1
     for key, tensor in eager.population.state_tensors().items():
         torch.testing.assert_close(graphed.population.state_tensors()[key], tensor, rtol=1e-4, atol=1e-6, msg=key)
 
@@ -83,7 +83,7 @@ def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path, cuda):
 def test_graphs_on_the_cpu_are_the_eager_steps(tmp_path):
     trainer = start_run(smoke(tmp_path, graphs=True, **{"runtime.device": "cpu"}), log=lambda line: None).trainer
     trainer.run(until=1)
-    steps = [trainer.rollouts.step, trainer.validation.step, *trainer.updates.steps.values()]
+    steps = [trainer.rollouts.step, trainer.validation.step, *trainer.update_phase.steps.values()]
     assert not any(step.enabled for step in steps) and not any(step.captures for step in steps)
 
 

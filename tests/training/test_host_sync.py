@@ -54,7 +54,7 @@ def phases(trainer: Trainer) -> dict[str, callable]:
 
     def update() -> None:
         for _ in range(3):
-            trainer.updates.step()
+            trainer.update_phase.step()
 
     return {
         "evaluate": lambda: trainer.rollouts.run(starts),

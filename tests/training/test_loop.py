@@ -144,7 +144,7 @@ def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
 
     trainer.run(until=config.runtime.generations)
     assert trainer.champion.score > threshold, (trainer.champion.score, equal, random)
-    # The reported score is the champion's own, recomputed on the same windows.
+    # The reported score is the champion's own, recomputed on the same validation days.
     scores = trainer.validation.run()
     assert float(scores[-2].sum()) == pytest.approx(trainer.champion.score, abs=1e-5)  # the champion's slot
 

@@ -21,8 +21,8 @@ def test_the_parts_fit_the_config_and_share_the_population_and_the_buffer():
     assert parts.population.actor.encoder.mlp.layers[0].weight.shape[:2] == (popsize, config.env.lookback * 6)
     assert parts.buffer.capacity == 500 and parts.buffer.sample_shape == (popsize, config.learner.batch_size)
     assert parts.rollouts.population is parts.validation.population is parts.population
-    assert parts.updates.learner is parts.population.learner
-    assert parts.rollouts.buffer is parts.updates.buffer is parts.buffer
+    assert parts.update_phase.learner is parts.population.learner
+    assert parts.rollouts.buffer is parts.update_phase.buffer is parts.buffer
     assert parts.rollouts.env.weights.shape == (popsize, episodes, market.num_assets + 1)
     assert parts.validation.env.weights.shape == (popsize + 2, 1, market.num_assets + 1)  # the champion, equal weight
     assert parts.gate is not None and not parts.rollouts.step.enabled  # CUDA graphs are for CUDA
@@ -34,4 +34,4 @@ def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process
     on_cuda = override(config, {"runtime.device": "cuda"})
     parts = build_parts(on_cuda, load_market(on_cuda, torch.device("cuda")))
     assert parts.rollouts.step.enabled and parts.validation.step.enabled
-    assert all(step.enabled for step in parts.updates.steps.values())
+    assert all(step.enabled for step in parts.update_phase.steps.values())

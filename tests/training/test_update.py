@@ -21,19 +21,19 @@ def trainer_with(root, **settings) -> Trainer:
 def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
     summed, stepped = (trainer_with(tmp_path / name, **{"learner.gamma": 0.9}) for name in ("summed", "stepped"))
     frozen = torch.zeros(summed.config.evolution.popsize, dtype=torch.bool)
-    summed.updates.begin(frozen=frozen)
+    summed.update_phase.begin(frozen=frozen)
     for index in range(3):
-        summed.updates(index)
-    losses = [stepped.updates.step() for _ in range(3)]
+        summed.update_phase(index)
+    losses = [stepped.update_phase.step() for _ in range(3)]
     critic = losses[0]["critic"] + losses[1]["critic"] + losses[2]["critic"]
     actor = losses[0]["actor"] + losses[1]["actor"] + losses[2]["actor"]
-    assert summed.updates.loss_names == ("critic", "actor")
-    assert torch.equal(summed.updates.loss_sums, torch.stack([critic, actor], dim=1))  # (P, 2)
+    assert summed.update_phase.loss_names == ("critic", "actor")
+    assert torch.equal(summed.update_phase.loss_sums, torch.stack([critic, actor], dim=1))  # (P, 2)
     assert all(
         torch.equal(a, b) for a, b in zip(summed.population.actor.parameters(), stepped.population.actor.parameters())
     )
-    summed.updates.begin(frozen=frozen)
-    assert not summed.updates.loss_sums.any()  # each generation sums from 0
+    summed.update_phase.begin(frozen=frozen)
+    assert not summed.update_phase.loss_sums.any()  # each generation sums from 0
     for trainer in (summed, stepped):
         trainer.checkpoints.close()
 
@@ -87,13 +87,13 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
     quiet = trainer_with(tmp_path / "quiet", **{"learner.observation_noise": 0.0})
     noisy = trainer_with(tmp_path / "noisy", **{"learner.observation_noise": 0.5})
     for name, trainer in (("quiet", quiet), ("noisy", noisy)):
-        monkeypatch.setattr(trainer.updates.learner, "update", capture(name, trainer.updates.learner))
-        trainer.updates.step()
-        draws = None if trainer.updates.noise is None else trainer.updates.noise.draws.data_ptr()
-        trainer.updates.step()
-        assert draws is None or trainer.updates.noise.draws.data_ptr() == draws  # one buffer, allocated once
+        monkeypatch.setattr(trainer.update_phase.learner, "update", capture(name, trainer.update_phase.learner))
+        trainer.update_phase.step()
+        draws = None if trainer.update_phase.noise is None else trainer.update_phase.noise.draws.data_ptr()
+        trainer.update_phase.step()
+        assert draws is None or trainer.update_phase.noise.draws.data_ptr() == draws  # one buffer, allocated once
         trainer.checkpoints.close()
-    assert quiet.updates.noise is None
+    assert quiet.update_phase.noise is None
     # The first batches are the same transitions (the noise is drawn after the sample, from the same stream).
     (q_windows, q_next), (n_windows, n_next) = seen["quiet"][0], seen["noisy"][0]
     for clean, noisy_windows in ((q_windows, n_windows), (q_next, n_next)):
