@@ -193,3 +193,12 @@ def test_a_torchrun_process_ends_without_the_interpreters_teardown(launched):
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert done.stdout == ("flushed" if launched else "flushedteardown\n")
+
+
+def test_the_command_line_reads_its_flags_before_importing_torch_or_a_storage_client():
+    """A mistyped flag is answered at once: importing ``main`` loads neither torch nor the bucket's client, which
+    take seconds, until the flags are known good."""
+    probe = "import sys, main; print(sorted(m for m in ('torch', 'google.cloud.storage') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -16,8 +16,8 @@ import torch
 
 from config import Config
 from environment.market import Market
-from persistence import run_folder
 from persistence.provenance import describe_device, device_change_note
+from persistence.run_folder import opening
 from persistence.run_folder.uploader import CheckpointUploader
 from runtime.device import resolve_device
 from runtime.sharding import Ranks, Sharding
@@ -52,7 +52,7 @@ class Run:
 
 
 def _run(
-    opened: run_folder.Opened,
+    opened: opening.Opened,
     market: Market,
     sharding: Sharding,
     *,
@@ -85,19 +85,19 @@ def start_run(
     should_stop: Callable[[], bool] = lambda: False,
     ranks: Ranks | None = None,
 ) -> Run:
-    """Start a new run (``persistence.run_folder.start`` checks the location and the folder), then create its folder
-    and build its trainer. With several processes, the leader checks and decides, and every process builds its
-    trainer."""
+    """Start a new run (``persistence.run_folder.opening.start`` checks the location and the folder), then create
+    its folder and build its trainer. With several processes, the leader checks and decides, and every process
+    builds its trainer."""
     ranks = ranks or Ranks()
-    opened: run_folder.Opened | None = None
+    opened: opening.Opened | None = None
 
     def decide() -> dict[str, Any]:
         nonlocal opened
-        opened = run_folder.start(config)
+        opened = opening.start(config)
         return opened.shared()
 
     shared = ranks.from_leader(decide)
-    return _begin(opened or run_folder.Opened.from_shared(shared), log=log, should_stop=should_stop, ranks=ranks)
+    return _begin(opened or opening.Opened.from_shared(shared), log=log, should_stop=should_stop, ranks=ranks)
 
 
 def resume_or_start(
@@ -112,18 +112,16 @@ def resume_or_start(
     """Resume the named run if it has a checkpoint, locally or in the bucket; else start it (a pod's start command).
     ``fall_back`` as for ``resume_run``."""
     ranks = ranks or Ranks()
-    if ranks.from_leader(lambda: {"resume": run_folder.holds_checkpoint(config)})["resume"]:
+    if ranks.from_leader(lambda: {"resume": opening.holds_checkpoint(config)})["resume"]:
         return resume_run(config, explicit, log=log, should_stop=should_stop, fall_back=fall_back, ranks=ranks)
     return start_run(config, log=log, should_stop=should_stop, ranks=ranks)
 
 
-def _begin(
-    opened: run_folder.Opened, *, log: Callable[[str], None], should_stop: Callable[[], bool], ranks: Ranks
-) -> Run:
+def _begin(opened: opening.Opened, *, log: Callable[[str], None], should_stop: Callable[[], bool], ranks: Ranks) -> Run:
     """Load the data, then (the leader) create the run folder, and build the trainer at generation 0."""
     device, market, sharding = _prepare(opened.config, ranks)
     if ranks.is_leader:
-        run_folder.create(opened)
+        opening.create(opened)
     run = _run(opened, market, sharding, log=log, should_stop=should_stop)
     storage, name = opened.storage, opened.config.checkpoint.run_name
     where = f"{opened.run_dir} (uploading to {storage.uri}/{name})" if storage else str(opened.run_dir)
@@ -157,21 +155,21 @@ def resume_run(
     ranks: Ranks | None = None,
 ) -> Run:
     """Continue the most recent (or ``--run-name``) run with its own config, from the generation
-    ``persistence.run_folder.resume`` decides (``explicit``, ``resume_from`` and ``fall_back`` as there).
+    ``persistence.run_folder.opening.resume`` decides (``explicit``, ``resume_from`` and ``fall_back`` as there).
 
     With several processes, the leader finds the run and reads the checkpoint; each process takes its share,
     whatever the number of processes that wrote it.
     """
     ranks = ranks or Ranks()
-    opened: run_folder.Opened | None = None
+    opened: opening.Opened | None = None
 
     def decide() -> dict[str, Any]:
         nonlocal opened
-        opened = run_folder.resume(config, explicit, resume_from=resume_from, fall_back=fall_back, log=log)
+        opened = opening.resume(config, explicit, resume_from=resume_from, fall_back=fall_back, log=log)
         return opened.shared()
 
     shared = ranks.from_leader(decide)
-    opened = opened or run_folder.Opened.from_shared(shared)
+    opened = opened or opening.Opened.from_shared(shared)
     if opened.generation is None:  # stopped before its first checkpoint
         return _begin(opened, log=log, should_stop=should_stop, ranks=ranks)
     device, market, sharding = _prepare(opened.config, ranks)

@@ -12,7 +12,7 @@ import torch
 
 from config import Config, dotted, override, with_current_sections
 from persistence.provenance import market_fingerprint
-from persistence.run_folder import RESUMABLE_CHANGES
+from persistence.run_folder.opening import RESUMABLE_CHANGES
 from training.fitness import training_starts
 from training.setup import load_market, load_table
 from utils.errors import ConfigError, InputError

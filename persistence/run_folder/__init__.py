@@ -1,8 +1,9 @@
 """A run folder, in one place: its files' names, the start and resume decisions, and its copy in a bucket.
 
 A run folder holds the run's config, its metrics rows, its TensorBoard log and its generations (``gen-NNNNNN/``,
-whose format is ``persistence.checkpoint``'s). The trainer (``training.runs``) asks ``start`` or ``resume`` which
-folder, config and generation to use, and the offline commands find runs here (``offline.stored``).
+whose format is ``persistence.checkpoint``'s). The trainer (``training.runs``) asks ``opening.start`` or
+``opening.resume`` which folder, config and generation to use, and the offline commands find runs here
+(``offline.stored``).
 
 - ``names``: the folder's own files, each named once.
 - ``opening``: whether a start or a resume may use a folder, with which config, from which generation.
@@ -14,6 +15,8 @@ Dependencies run down that list's reverse: ``opening`` reads ``recovery`` and ``
 ``bucket``; all of them read ``names``.
 """
 
+# Only the names are imported with the package: the command line reads them before it knows whether it will
+# train (``main``), and the start and resume decisions import the storage clients.
 from persistence.run_folder.names import (
     CONFIG_NAME,
     METRICS_NAME,
@@ -22,20 +25,5 @@ from persistence.run_folder.names import (
     is_run_folder,
     metrics_path,
 )
-from persistence.run_folder.opening import RESUMABLE_CHANGES, Opened, create, find_run, holds_checkpoint, resume, start
 
-__all__ = [
-    "CONFIG_NAME",
-    "METRICS_NAME",
-    "RESUMABLE_CHANGES",
-    "TENSORBOARD_NAME",
-    "Opened",
-    "config_path",
-    "create",
-    "find_run",
-    "holds_checkpoint",
-    "is_run_folder",
-    "metrics_path",
-    "resume",
-    "start",
-]
+__all__ = ["CONFIG_NAME", "METRICS_NAME", "TENSORBOARD_NAME", "config_path", "is_run_folder", "metrics_path"]

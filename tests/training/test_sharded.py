@@ -24,7 +24,7 @@ from models.population import Population
 from models.replay import ReplayBuffer
 from models.share import Share
 from persistence import checkpoint
-from persistence.run_folder import RESUMABLE_CHANGES
+from persistence.run_folder.opening import RESUMABLE_CHANGES
 from runtime.sharding import Ranks, Sharding, check_node_address
 from tests import loopback_only
 from tests.gcs_server import emulator_binary
