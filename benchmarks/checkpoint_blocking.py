@@ -20,7 +20,7 @@ process and run folder:
 Before every checkpoint, both ways, a generation's worth of change is made: every population tensor moves, and
 the transitions a generation stores (P x exploring episodes x episode_days: 129,024 at the paper shape) are written
 into the buffer where the next ones would go. The staged path holds the buffer in segments
-(``training.checkpointing.SEGMENTS``), and a segment no transition reached since the generation that retention
+(``persistence.generation_contents.SEGMENTS``), and a segment no transition reached since the generation that retention
 deletes as this one is committed (3 back with ``checkpoint.keep_last`` 3) is a hard link to that generation's file
 (``persistence.checkpoint``): the report gives the bytes each checkpoint actually writes. The first three staged
 checkpoints have no segment files to link to (the generation leaving is a synchronous one), the later ones show the
@@ -48,7 +48,7 @@ import torch
 
 from config import Config, override, parse_assignments, preset
 from persistence import checkpoint, jsonl
-from training.checkpointing import buffer_groups
+from persistence.generation_contents import buffer_groups
 from training.loop import Trainer
 from training.setup import load_market
 from utils.telemetry import format_bytes

@@ -22,7 +22,7 @@ from models.share import Share
 
 class ReplayState(NamedTuple):
     """A replay buffer's contents as one value (``ReplayBuffer.state``; a checkpoint's segments of it:
-    ``training.checkpointing.buffer_groups``)."""
+    ``persistence.generation_contents.buffer_groups``)."""
 
     storage: dict[str, torch.Tensor]
     """Each stored tensor, at least its first ``size`` rows: the live tensors at full capacity, a staged copy of them,

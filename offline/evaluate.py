@@ -47,6 +47,7 @@ from offline.stored import (
     ACTOR_FORMAT,
     ACTOR_FORMAT_VERSIONS,
     PRECISION,
+    champion_tensors,
     in_float32,
     locate,
     read_generation,
@@ -151,8 +152,7 @@ def _from_checkpoint(target: str, scratch: Path) -> ChampionActor:
     config = in_float32(config)
     actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
-    tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in names])
-    _load_params(actor, {name: tensors[f"champion.{name}"] for name in names}, str(gen.path), squeezed=False)
+    _load_params(actor, champion_tensors(gen, names), str(gen.path), squeezed=False)
     history = checkpoint.read_document(gen, "history")
     source = {
         "kind": "checkpoint",

@@ -41,6 +41,7 @@ from offline.stored import (
     PRECISION,
     TARGET_HELP,
     Located,
+    champion_tensors,
     in_float32,
     locate,
     read_generation,
@@ -65,10 +66,10 @@ def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int)
     """The champion's parameters by ``Actor`` name, population dim squeezed: weights (in, out), biases (1, out)."""
     template = Actor(1, window_size, in_float32(config).model)
     shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
-    tensors = checkpoint.read_tensors(gen, "population", keys=[f"champion.{name}" for name in shapes])
+    tensors = champion_tensors(gen, list(shapes))
     params = {}
     for name, shape in shapes.items():
-        tensor = tensors[f"champion.{name}"]
+        tensor = tensors[name]
         if tuple(tensor.shape) != shape:
             raise CheckpointError(
                 f"{gen.path}: champion.{name} has shape {tuple(tensor.shape)}, its config implies {shape}"

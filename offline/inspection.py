@@ -40,6 +40,7 @@ import torch
 from offline.plots import plot_history
 from offline.stored import TARGET_HELP, Located, locate
 from persistence import checkpoint, run_folder
+from persistence.generation_contents import POPULATION
 from persistence.jsonl import finite_or_null
 from training.records import selection_verdict
 from utils.cli import parse_command
@@ -105,13 +106,14 @@ def _read_document(gen: checkpoint.GenerationFiles, name: str, located: Located,
 
 def _read_population(located: Located, notes: list[str]) -> dict[str, torch.Tensor] | None:
     gen = located.gen
-    if "population.safetensors" not in gen.manifest["files"]:
-        notes.append(f"{gen.path} has no population.safetensors")
+    file_name = POPULATION + checkpoint.TENSORS_SUFFIX
+    if file_name not in gen.manifest["files"]:
+        notes.append(f"{gen.path} has no {file_name}")
         return None
-    if located.file_problems.get("population.safetensors") is not None:
+    if located.file_problems.get(file_name) is not None:
         return None
     try:
-        return checkpoint.read_tensors(gen, "population")  # never "replay": it can be gigabytes
+        return checkpoint.read_tensors(gen, POPULATION)  # never the buffer: it can be gigabytes
     except CheckpointError as error:
         notes.append(str(error))
         return None

@@ -17,10 +17,9 @@ import torch
 from config import Config
 from environment.market import Market
 from persistence import checkpoint, run_folder
+from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, state_problem, upgraded
 from persistence.provenance import market_fingerprint
 from persistence.run_folder import bucket
-from persistence.state_document import history_problem, state_problem, upgraded
-from training.checkpointing import holds_the_buffer
 from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 
@@ -93,6 +92,12 @@ TARGET_HELP = "a run folder (its newest intact generation) or a gen-NNNNNN folde
 def left_in_bucket(name: str) -> bool:
     """What a gs:// target never downloads: the replay buffer's files (nothing inspect or export reports needs them)."""
     return holds_the_buffer(name)
+
+
+def champion_tensors(gen: checkpoint.GenerationFiles, names: list[str]) -> dict[str, torch.Tensor]:
+    """The champion actor's tensors ``names`` (``Actor`` parameter names), read from the population group."""
+    tensors = checkpoint.read_tensors(gen, POPULATION, keys=[f"champion.{name}" for name in names])
+    return {name: tensors[f"champion.{name}"] for name in names}
 
 
 def locate(target: str | Path, scratch: Path | None = None) -> Located:

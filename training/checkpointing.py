@@ -3,7 +3,8 @@
 The trainer gives its state as one value (``TrainerState``, from ``Trainer.state``) and takes one back
 (``Trainer.load_state_``). A checkpoint of generation g holds that state (the population with its optimiser moments
 and exploration scales, the champion, the replay buffer, the host random streams, the selection gate's state) and the
-state document (``persistence.state_document``: the run's scalars, the config, where the data came from, the device).
+state document (the run's scalars, the config, where the data came from, the device): what each file holds is
+``persistence.generation_contents``'.
 
 Saving copies the live tensors into staging buffers allocated once (``persistence.staging``), so the loop can go on
 while the writer thread (``persistence.writer``) commits the files; the metrics row reaches ``metrics.jsonl`` only
@@ -25,60 +26,23 @@ from config import Config
 from environment.market import Market
 from models.replay import ReplayState
 from persistence import checkpoint, jsonl, run_folder
+from persistence.generation_contents import (
+    GATE,
+    POPULATION,
+    STREAMS,
+    buffer_from_groups,
+    buffer_groups,
+    build_state,
+    holds_the_buffer,
+    read_state,
+)
 from persistence.provenance import describe_device
 from persistence.staging import StagingBuffers
-from persistence.state_document import build_state, read_state
 from persistence.writer import CheckpointWriter
 from runtime.sharding import Sharding
 from training.selection import ChampionRecord
 from training.streams import HOST_STREAMS
 from utils.errors import CheckpointError
-
-# ------------------------------------------------------------------------------------------ the buffer's files
-
-SEGMENTS = 16
-"""A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
-and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
-them)."""
-
-
-def holds_the_buffer(name: str) -> bool:
-    """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
-    its segments ``replay-000``, ``replay-001``, ... (``buffer_groups``)."""
-    return name.startswith("replay")
-
-
-def buffer_groups(state: ReplayState, *, capacity: int) -> dict[str, dict[str, torch.Tensor]]:
-    """The filled part of a buffer of ``capacity`` as checkpoint tensor groups: ``replay`` (position and size) and
-    ``replay-000``, ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as it is filled)."""
-    rows = math.ceil(capacity / SEGMENTS)
-    groups = {
-        "replay": {
-            "pos": torch.tensor(state.pos, dtype=torch.int64),
-            "size": torch.tensor(state.size, dtype=torch.int64),
-        }
-    }
-    for index, start in enumerate(range(0, state.size, rows)):
-        stop = min(start + rows, state.size)
-        groups[f"replay-{index:03d}"] = {key: tensor[start:stop] for key, tensor in state.storage.items()}
-    return groups
-
-
-def buffer_from_groups(groups: dict[str, dict[str, torch.Tensor]]) -> ReplayState:
-    """The buffer's contents from ``buffer_groups`` (or from a single ``replay`` group holding the whole filled
-    part, as checkpoints written before the buffer was split into segments do).
-
-    Raises:
-        KeyError: a group lacks a tensor.
-    """
-    replay = groups["replay"]
-    pos, size = int(replay["pos"]), int(replay["size"])
-    if "days" in replay:
-        return ReplayState({key: value for key, value in replay.items() if key not in ("pos", "size")}, pos, size)
-    segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
-    storage = {key: torch.cat([segment[key] for segment in segments]) for key in segments[0]} if segments else {}
-    return ReplayState(storage, pos, size)
-
 
 # ---------------------------------------------------------------------------------------------- the trainer's state
 
@@ -217,11 +181,11 @@ class Checkpointing:
         every rank's slots are gathered into the leader's buffers; the other ranks, which write nothing, get None
         for the groups."""
         sharding = self.sharding
-        sources = {"population": state.population, "optimiser_steps": state.optimiser_steps}
+        sources = {POPULATION: state.population, "optimiser_steps": state.optimiser_steps}
         if sharding.is_leader:  # the buffer is the same on every rank: the leader's is written
             sources["replay"] = state.buffer.storage
         staged = self.staging.capture(sources, rows={"replay": state.buffer.size})
-        population = staged["population"]
+        population = staged[POPULATION]
         if sharding.distributed:
             slot_keys = [key for key in population if not key.startswith("champion.")]
             mine = {key: population[key] for key in slot_keys}
@@ -234,10 +198,10 @@ class Checkpointing:
             population = {**population, **self._gathered}
         buffer = state.buffer._replace(storage=staged["replay"])
         groups = {
-            "population": population,
+            POPULATION: population,
             **buffer_groups(buffer, capacity=self.config.learner.buffer_size),  # replay, replay-000, ...
-            "rng": state.streams,  # copies already
-            **({} if state.gate is None else {"selection": state.gate}),  # a copy too
+            STREAMS: state.streams,  # copies already
+            **({} if state.gate is None else {GATE: state.gate}),  # a copy too
         }
         return groups, staged["optimiser_steps"]
 
@@ -257,9 +221,9 @@ class Checkpointing:
                 )
             suffix = checkpoint.TENSORS_SUFFIX
             in_buffer = [n.removesuffix(suffix) for n in generation_files.manifest["files"] if holds_the_buffer(n)]
-            groups = ["population", "rng", *in_buffer]
-            if gated and "selection" + suffix in generation_files.manifest["files"]:
-                groups.append("selection")
+            groups = [POPULATION, STREAMS, *in_buffer]
+            if gated and GATE + suffix in generation_files.manifest["files"]:
+                groups.append(GATE)
             tensors = {name: checkpoint.read_tensors(generation_files, name) for name in groups}
             return {"state": state, "history": checkpoint.read_document(generation_files, "history")}
 
@@ -288,13 +252,13 @@ class Checkpointing:
                 bound=float(document["champion_bound"]),
                 generation=int(document["champion_generation"]),
             ),
-            population=tensors["population"],
+            population=tensors[POPULATION],
             optimiser_steps={
                 "actor": torch.tensor(float(document["actor_optim_steps"]), dtype=torch.float64),
                 "critic": torch.tensor(float(document["critic_optim_steps"]), dtype=torch.float64),
             },
             buffer=buffer,
-            streams={name: tensors["rng"][name] for name in HOST_STREAMS if name in tensors["rng"]},
-            gate=tensors.get("selection"),
+            streams={name: tensors[STREAMS][name] for name in HOST_STREAMS if name in tensors[STREAMS]},
+            gate=tensors.get(GATE),
             source=source,
         )

@@ -15,7 +15,7 @@ from offline.backtest.plan import Fold
 from offline.holdout import INDEX, score_champion
 from offline.overfitting import diagnose
 from persistence import checkpoint, jsonl
-from persistence.state_document import read_state
+from persistence.generation_contents import read_state
 from training.runs import train_to_end
 from utils.errors import CheckpointError, ConfigError
 

@@ -16,9 +16,9 @@ from typing import Any
 from config import Config, dotted, override
 from persistence import checkpoint
 from persistence.gcs import open_storage
+from persistence.generation_contents import read_state
 from persistence.run_folder import bucket, recovery
 from persistence.run_folder.names import CONFIG_NAME, config_path, is_run_folder, metrics_path
-from persistence.state_document import read_state
 from persistence.storage import Storage, parse_uri
 from utils.errors import CheckpointError, ConfigError
 from utils.paths import file_in_the_way

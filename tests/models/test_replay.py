@@ -9,8 +9,8 @@ from torch.utils._pytree import tree_leaves
 from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
 from models.replay import ReplayBuffer
+from persistence.generation_contents import buffer_from_groups, buffer_groups
 from tests.synthetic import make_market, random_simplex
-from training.checkpointing import buffer_from_groups, buffer_groups
 
 LOOKBACK = 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from persistence import checkpoint
-from persistence.state_document import (
+from persistence.generation_contents import (
     OPTIONAL_TYPES,
     STATE_TYPES,
     build_state,

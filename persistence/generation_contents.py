@@ -1,5 +1,7 @@
-"""What a generation's ``state.json`` and ``history.json`` hold: the state document built from one list of keys,
-and checked against it before anything reads a value.
+"""What a generation's checkpoint holds, and the reading of it: the state document (``state.json``, built from
+one list of keys and checked against it before anything reads a value), the history (``history.json``), and the
+tensor groups (``NAME.safetensors``: the population, the host random streams, the selection gate's state and the
+replay buffer in segments).
 
 The manifest's hashes prove the files are the ones written, not that whoever wrote them wrote the right types:
 a hand-edited or foreign checkpoint with ``"generation": "7"`` or ``"champion_score": [1]`` must be one line
@@ -8,10 +10,68 @@ naming the key, not a traceback in the middle of a restore.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
+
+from models.replay import ReplayState
 from persistence import checkpoint
 from utils.errors import CheckpointError
+
+# ------------------------------------------------------------------------------------------------- the tensor groups
+
+POPULATION = "population"
+"""Every agent tensor and the champion's (``champion.*``), by ``Population.state_tensors`` key."""
+STREAMS = "rng"
+"""The host random streams' states (``training.streams.HOST_STREAMS``)."""
+GATE = "selection"
+"""The selection gate's state; absent for a run without one, and in checkpoints of earlier versions."""
+SEGMENTS = 16
+"""A checkpoint holds the buffer as this many files of consecutive rows: a generation writes into a few of them only,
+and the files of the others are the same bytes as at the checkpoints before (``persistence.checkpoint`` may link
+them)."""
+
+
+def holds_the_buffer(name: str) -> bool:
+    """Whether a checkpoint's tensor group, or its file, is part of the buffer: ``replay`` (position and size) and
+    its segments ``replay-000``, ``replay-001``, ... (``buffer_groups``)."""
+    return name.startswith("replay")
+
+
+def buffer_groups(state: ReplayState, *, capacity: int) -> dict[str, dict[str, torch.Tensor]]:
+    """The filled part of a buffer of ``capacity`` as checkpoint tensor groups: ``replay`` (position and size) and
+    ``replay-000``, ``replay-001``, ... (``SEGMENTS`` stretches of consecutive rows, as far as it is filled)."""
+    rows = math.ceil(capacity / SEGMENTS)
+    groups = {
+        "replay": {
+            "pos": torch.tensor(state.pos, dtype=torch.int64),
+            "size": torch.tensor(state.size, dtype=torch.int64),
+        }
+    }
+    for index, start in enumerate(range(0, state.size, rows)):
+        stop = min(start + rows, state.size)
+        groups[f"replay-{index:03d}"] = {key: tensor[start:stop] for key, tensor in state.storage.items()}
+    return groups
+
+
+def buffer_from_groups(groups: dict[str, dict[str, torch.Tensor]]) -> ReplayState:
+    """The buffer's contents from ``buffer_groups`` (or from a single ``replay`` group holding the whole filled
+    part, as checkpoints written before the buffer was split into segments do).
+
+    Raises:
+        KeyError: a group lacks a tensor.
+    """
+    replay = groups["replay"]
+    pos, size = int(replay["pos"]), int(replay["size"])
+    if "days" in replay:
+        return ReplayState({key: value for key, value in replay.items() if key not in ("pos", "size")}, pos, size)
+    segments = [groups[name] for name in sorted(groups) if name.startswith("replay-")]
+    storage = {key: torch.cat([segment[key] for segment in segments]) for key in segments[0]} if segments else {}
+    return ReplayState(storage, pos, size)
+
+
+# ----------------------------------------------------------------------------------------------- the state document
 
 _INT = (int,)
 _NUMBER = (int, float)
