@@ -66,7 +66,7 @@ class EnvConfig:
     lookback: int = 1
     """Days of features in one observation window (L)."""
     episode_days: int = 63
-    """Steps (trading days) in one episode window; its end is a truncation, not a termination."""
+    """Steps (trading days) in one episode; its end is a truncation, not a termination."""
     cost_rate: float = 0.0005
     """Transaction cost per unit of turnover (0.0005 = 5 basis points of the traded value)."""
 
@@ -195,7 +195,7 @@ class EvolutionConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     episodes: int = 16
-    """Episode windows every agent runs in lockstep each generation (E)."""
+    """Episodes every agent runs in lockstep each generation (E)."""
     exploring_episodes: int = 8
     """Of those, episodes run with exploration noise; the rest are noise-free and give the fitness."""
     fitness_block_every: int = 4

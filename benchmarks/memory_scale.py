@@ -40,7 +40,7 @@ EPISODE_DAYS = 63
 VALIDATION_DAYS = 126
 HOLDOUT_DAYS = 126
 DAYS = 1800
-"""504 days of first lookback, 918 more of training windows, then validation and holdout."""
+"""504 days of first lookback, 918 more of training episodes, then validation and holdout."""
 
 REPLACED_COLUMNS = 669
 """Columns per day of the replaced system's observation window at this shape (its documents)."""

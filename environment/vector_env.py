@@ -1,6 +1,6 @@
 """P agents x E episodes stepping in lockstep: the environment the trainer runs.
 
-Every agent runs the same E episode windows (common random numbers: fitness differences come from
+Every agent runs the same E episodes (common random numbers: fitness differences come from
 the policies, not from luck of the draw). All state lives in arrays allocated here once; ``reset``
 overwrites them with new start days.
 
@@ -143,7 +143,7 @@ class VectorPortfolioEnv:
     def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
         """``apply``; returns the transition and the next observation (None once the window is truncated)."""
         if self._step >= self.episode_days:
-            raise RuntimeError("episode window is over; call reset()")
+            raise RuntimeError("the episode is over; call reset()")
         step = self.apply(actions)
         self._step += 1
         return step, (None if self._step == self.episode_days else self.observe())

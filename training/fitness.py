@@ -46,10 +46,10 @@ class TrainingStarts(NamedTuple):
 
 
 def split_training_days(train: range, *, lookback: int, episode_days: int, every: int) -> TrainingStarts:
-    """Start days of the learning windows and of the fitness windows on the training range.
+    """Start days of the learning episodes and of the fitness episodes on the training range.
 
     With ``every`` > 0 the training range is cut into blocks of ``episode_days`` days and every ``every``-th block
-    is a fitness block: fitness episodes trade exactly such a block, and no learning window (whose transitions
+    is a fitness block: fitness episodes trade exactly such a block, and no learning episode (whose transitions
     fill the replay buffer) decides on any of its days. Evolution then selects on days no gradient has fitted, so an
     agent that memorises its training days is not rewarded for it. ``every`` = 0: both are every start day.
 
@@ -65,7 +65,7 @@ def split_training_days(train: range, *, lookback: int, episode_days: int, every
         if start in starts:
             fitness_starts.append(start)
             fitness_decisions[start : start + episode_days] = True
-    # A learning window decides on days start .. start + episode_days - 1: none of them may be a fitness decision.
+    # A learning episode decides on days start .. start + episode_days - 1: none of them may be a fitness decision.
     seen = torch.cat([torch.zeros(1, dtype=torch.long), fitness_decisions.long().cumsum(0)])
     clear = (seen[every_start + episode_days] - seen[every_start]) == 0
     learning = every_start[clear]

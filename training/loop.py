@@ -2,7 +2,7 @@
 
 One generation, as ``Trainer.run_generation`` reads:
 
-1. Roll out: every agent runs the same E training windows in lockstep. The first ``exploring_episodes`` add each
+1. Roll out: every agent runs the same E training episodes in lockstep. The first ``exploring_episodes`` add each
    agent's exploration noise and fill the replay buffer; the fitness comes from the noise-free episodes, on training
    days the buffer never holds (``training.rollout``, ``training.fitness``).
 2. Validate and crown: deterministic policies of the agents, the champion and equal weight run the whole
@@ -154,7 +154,7 @@ class Trainer:
     # ------------------------------------------------------------------ the phases
 
     def _roll_out(self) -> torch.Tensor:
-        """Phase 1: every agent on E training windows in lockstep, transitions into the buffer; (P,) fitness of the
+        """Phase 1: every agent on E training episodes in lockstep, transitions into the buffer; (P,) fitness of the
         whole population, on the device."""
         rewards = self.rollouts.run(self.rollouts.sample_starts())  # (P, E, D) of the agents held here
         fitness_per_agent = self.rollouts.fitness_of(rewards)

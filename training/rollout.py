@@ -98,7 +98,7 @@ def roll_out_episodes(
     """Every day of the episodes ``env`` was reset to, in ``blocks`` of days, on the device alone (it can be replayed
     as a CUDA graph): each day the actions with noise of ``noise_scale`` (``exploration_scale``) on the logits, the
     environment's step, and the transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the
-    others are fitness windows that no gradient may see), through ``exchange``: with the population sharded over
+    others are fitness episodes that no gradient may see), through ``exchange``: with the population sharded over
     processes it returns every rank's transitions of the step (``SharedSteps``). The caller commits
     ``population.popsize * stored_episodes`` transitions a day to the buffer afterwards."""
     actor, share = population.actor, population.share
@@ -172,8 +172,8 @@ class SharedSteps:
 
 
 class Rollouts:
-    """The rollout phase of a run: every agent held here on E training windows in lockstep, the first
-    ``stored_episodes`` with exploration noise and into the replay buffer, the rest noise-free on fitness windows
+    """The rollout phase of a run: every agent held here on E training episodes in lockstep, the first
+    ``stored_episodes`` with exploration noise and into the replay buffer, the rest noise-free on fitness episodes
     (``training.fitness``); built once, its days graphed with ``runtime.cuda_graphs`` (``runtime.graphs``).
 
     Args:
@@ -207,7 +207,7 @@ class Rollouts:
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
         )
-        # Learning windows fill the replay buffer; fitness windows trade days it never holds (training.fitness).
+        # Learning episodes fill the replay buffer; fitness episodes trade days it never holds (training.fitness).
         self.episode_starts = training_starts(config, market)
         self.stored_episodes = rollout.exploring_episodes if rollout.splits_fitness_days else rollout.episodes
         self.exploring = torch.arange(episodes, device=market.device) < rollout.exploring_episodes  # (E,)
