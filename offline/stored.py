@@ -17,7 +17,7 @@ import torch
 from config import Config
 from environment.market import Market
 from persistence import checkpoint, run_folder
-from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, state_problem, upgraded
+from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, read_state, state_problem
 from persistence.provenance import market_fingerprint
 from persistence.run_folder import bucket
 from training.setup import load_market
@@ -239,8 +239,6 @@ def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], 
     gen = located.gen
     if located.problems:
         raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
-    state = upgraded(checkpoint.read_document(gen, "state"))  # as this version names its keys
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{gen.path / 'state.json'} is not a state document")
+    state = read_state(gen)  # checked (``locate`` found it sound), as this version names its keys
     config = run_config(state.get("config"), str(gen.path / "state.json"))
     return state, config, rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))
