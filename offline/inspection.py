@@ -40,7 +40,7 @@ import torch
 from offline.plots import plot_history
 from offline.stored import TARGET_HELP, Located, locate
 from persistence import checkpoint, run_folder
-from persistence.generation_contents import POPULATION
+from persistence.generation_contents import POPULATION, upgraded
 from persistence.jsonl import finite_or_null
 from training.records import selection_verdict
 from utils.cli import parse_command
@@ -169,7 +169,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
     located = locate(target, scratch)
     gen = located.gen
     notes: list[str] = []
-    state = _read_document(gen, "state", located, notes)
+    state = upgraded(_read_document(gen, "state", located, notes))  # as this version names its keys
     state = state if isinstance(state, dict) else {}
     history = _read_document(gen, "history", located, notes)
     rows = [row for row in history if isinstance(row, dict)] if isinstance(history, list) else []

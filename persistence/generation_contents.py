@@ -124,9 +124,11 @@ def build_state(**values: Any) -> dict[str, Any]:
 
 
 def state_problem(state: Any, generation: int) -> str | None:
-    """What is wrong with the state document of generation ``generation`` (its folder's number), or None."""
+    """What is wrong with the state document of generation ``generation`` (its folder's number), or None. A key an
+    earlier version named otherwise (``RENAMED_KEYS``) is no problem."""
     if not isinstance(state, dict):
         return f"is a JSON {type(state).__name__}, not an object"
+    state = upgraded(state)
     for key, (types, nullable) in STATE_TYPES.items():
         if key not in state:
             return f"has no {key!r}"

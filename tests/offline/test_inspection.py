@@ -380,6 +380,26 @@ def test_a_state_document_of_the_wrong_types_is_damage_not_a_traceback(smoke_run
     assert not (tmp_path / "out").exists() and not (tmp_path / "ev").exists()
 
 
+def test_a_checkpoint_of_an_earlier_version_is_inspected_and_exported_as_intact(smoke_run, tmp_path, capsys):
+    """Earlier versions called the champion's bound its edge (``champion_edge``): such a generation resumes, and the
+    offline commands read it too, not as damage."""
+    run = tmp_path / "r"
+    shutil.copytree(smoke_run, run)
+    gen3 = run / "gen-000003"
+    state = json.loads((gen3 / "state.json").read_text())
+    state["champion_edge"] = state.pop("champion_bound")
+    data = json.dumps(state).encode()
+    (gen3 / "state.json").write_bytes(data)
+    manifest = json.loads((gen3 / "manifest.json").read_text())
+    manifest["files"]["state.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (gen3 / "manifest.json").write_text(json.dumps(manifest))
+
+    code, report = inspect_json(capsys, str(gen3))
+    assert code == 0 and report["complete"] is True and report["generation"] == 3
+    assert main.main(["export", str(gen3), str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "actor.json").read_text())["champion_bound"] == state["champion_edge"]
+
+
 def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("training.loop.choose_champion", lambda edges, *_, **__: None)
     argv = ["--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "ew", "--generations", "1"]
