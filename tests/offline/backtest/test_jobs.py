@@ -32,7 +32,7 @@ FOLDS = ("fold-2004-seed-0", "fold-2005-seed-0")
 SETTINGS = {"data.tickers": "", "data.start": "", "data.validation_days": "126", "data.max_assets": "20"}
 
 
-def command(prices: Path, root: Path, *extra: str) -> list[str]:
+def command(prices: Path, root: Path, *extra: str, generations: int = GENERATIONS) -> list[str]:
     """The smoke preset on the 20-asset market, test years 2004 and 2005, seed 0."""
     settings = [word for key, value in SETTINGS.items() for word in ("--set", f"{key}={value}")]
     return [
@@ -47,7 +47,7 @@ def command(prices: Path, root: Path, *extra: str) -> list[str]:
         "--seeds",
         "0",
         "--generations",
-        str(GENERATIONS),
+        str(generations),
         "--checkpoint-uri",
         str(root),
         "--no-progress",
@@ -70,10 +70,10 @@ def one_at_a_time(wide_prices, tmp_path_factory) -> Path:
     return root / "backtest"
 
 
-def start(prices: Path, root: Path, *extra: str) -> subprocess.Popen:
+def start(prices: Path, root: Path, *extra: str, generations: int = GENERATIONS) -> subprocess.Popen:
     """``python main.py backtest`` in a process group of its own (as a terminal runs it)."""
     return subprocess.Popen(
-        [sys.executable, "main.py", *command(prices, root, *extra)],
+        [sys.executable, "main.py", *command(prices, root, *extra, generations=generations)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -150,8 +150,11 @@ def test_sigterm_stops_every_fold_at_a_safe_point_and_any_jobs_continues(wide_pr
 
 
 def test_ctrl_c_stops_every_fold_and_a_second_one_stops_at_once(wide_prices, tmp_path):
+    # Both stops come before either fold ends: the folds start unevenly, and with 6 generations the fold ahead could
+    # finish before the one behind trained past its checkpoint again. The test compares no results.
+    generations = 4 * GENERATIONS
     folder = tmp_path / "backtest"
-    process = start(wide_prices, tmp_path, "--jobs", "2")
+    process = start(wide_prices, tmp_path, "--jobs", "2", generations=generations)
     wait_until_every_fold_trains(process, folder)
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends Ctrl-C: to every process of the group
     _, err = process.communicate(timeout=300)
@@ -160,7 +163,7 @@ def test_ctrl_c_stops_every_fold_and_a_second_one_stops_at_once(wide_prices, tmp
     wait_for(lambda: group_gone(process.pid), timeout=30)
 
     stopped_at = min(checkpoint.latest_generation(folder / name) for name in FOLDS)
-    process = start(wide_prices, tmp_path, "--jobs", "2")
+    process = start(wide_prices, tmp_path, "--jobs", "2", generations=generations)
     wait_until_every_fold_trains(process, folder, past=stopped_at)
     os.killpg(process.pid, signal.SIGINT)
     time.sleep(0.05)
