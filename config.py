@@ -26,6 +26,7 @@ Algorithm = Literal["ddpg", "td3"]
 ChooseBy = Literal["return", "bound"]
 SelectionMethod = Literal["bootstrap", "final", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
+Universe = Literal["point_in_time", "common"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,15 @@ class DataConfig:
     end: str = ""
     """Last date to use (YYYY-MM-DD); empty means the file's last date."""
     max_fill_days: int = 5
-    """Longest run of missing days inside a ticker that is forward-filled; a longer gap is an error."""
+    """Longest run of missing days inside a ticker that is forward-filled; longer: untradable (common: an error)."""
+    universe: Universe = "point_in_time"
+    """point_in_time: each ticker trades from its first price to its last; common: only the dates all tickers share."""
+    features: tuple[str, ...] = ()
+    """Features to observe: built-in names, numeric columns of a long data file, builtin (all six); empty: builtin."""
+    benchmark: str = ""
+    """A benchmark file (a date and a total-return level per row); empty: the bundled index with the bundled data."""
+    risk_free: str = ""
+    """What cash earns: a file (a date and an annual rate, 0.05 = 5%) or a data file column; empty: env.cash_rate."""
     validation_days: int = 504
     """Trading days of the validation range (right after the training range); it chooses the champion."""
     gap_days: int = 0
@@ -59,6 +68,8 @@ class DataConfig:
             value = getattr(self, key)
             if value:
                 _require(_is_iso_date(value), f"data.{key}", f"expects a date YYYY-MM-DD, got {value!r}")
+        repeated = sorted({name for name in self.features if self.features.count(name) > 1})
+        _require(not repeated, "data.features", f"names {', '.join(repeated)} more than once")
 
 
 @dataclass(frozen=True)
@@ -69,11 +80,17 @@ class EnvConfig:
     """Steps (trading days) in one episode; its end is a truncation, not a termination."""
     cost_rate: float = 0.0005
     """Transaction cost per unit of turnover (0.0005 = 5 basis points of the traded value)."""
+    execution_delay: int = 1
+    """Trading days from the close a decision observes to the close its trades fill at (0: that close, optimistic)."""
+    cash_rate: float = 0.0
+    """What cash earns, an annual rate (0.05 = 5%); Sharpe and Sortino are measured over it (data.risk_free: by day)."""
 
     def __post_init__(self) -> None:
         _require(self.lookback >= 1, "env.lookback", "must be >= 1")
         _require(self.episode_days >= 2, "env.episode_days", "must be >= 2")
         _require(0.0 <= self.cost_rate < 1.0, "env.cost_rate", "must be in [0, 1)")
+        _require(0 <= self.execution_delay <= 20, "env.execution_delay", "must be in [0, 20] trading days")
+        _require(-0.5 < self.cash_rate < 1.0, "env.cash_rate", "must be an annual rate in (-0.5, 1): 0.05 is 5%")
 
 
 @dataclass(frozen=True)
@@ -302,6 +319,9 @@ class RuntimeConfig:
 RENAMED_SECTIONS = {"evaluation": "rollout", "ddpg": "learner"}
 """Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads; ``--set``
 of a key by its old section's name is refused with the new one (``ddpg.gamma``: ``learner.gamma``)."""
+EARLIER_DEFAULTS = {"env.execution_delay": 0, "data.universe": "common"}
+"""Keys added since earlier versions whose default is not what those versions did: a config document written before
+one existed (a checkpoint's config.json) ran with this value, and loads with it, so that it resumes as it ran."""
 RETIRED_KEYS = {
     "runtime.compile": "torch.compile's CUDA graphs of the per-day forwards crashed on a GPU and were never measured "
     "to pay (README, Speed)",
@@ -337,6 +357,11 @@ class Config:
             "data.validation_days",
             "must be >= 2 (the selection test needs a spread of daily returns)",
         )
+        _require(
+            not (self.data.risk_free and self.env.cash_rate != 0.0),
+            "data.risk_free",
+            "and env.cash_rate both set what cash earns; give one of them",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -349,7 +374,7 @@ class Config:
         """Rebuild a config from ``to_dict`` output (a checkpoint's config.json), checking every key."""
         if not isinstance(values, dict):
             raise ConfigError("config must be a JSON object")
-        values = with_current_sections(values)
+        values = with_earlier_defaults(with_current_sections(values))
         sections = {}
         for section in dataclasses.fields(cls):
             raw = values.get(section.name, {})
@@ -469,6 +494,42 @@ def with_current_sections(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def with_earlier_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """A config document with the ``EARLIER_DEFAULTS`` of the keys it lacks (its sections' names current)."""
+    values = dict(values)
+    for key, value in EARLIER_DEFAULTS.items():
+        section, _, name = key.partition(".")
+        if isinstance(values.get(section), dict) and name not in values[section]:
+            values[section] = {**values[section], name: value}
+    return values
+
+
+def conventions(config: Config) -> dict[str, Any]:
+    """How a run trades and what it sees, the settings its figures rest on, as its reports state them."""
+    data, env = config.data, config.env
+    return {
+        "execution_delay": env.execution_delay,
+        "universe": data.universe,
+        "features": list(data.features) or ["builtin"],
+        "cash": data.risk_free or env.cash_rate,
+        "benchmark": data.benchmark or ("bundled" if not data.path else None),
+    }
+
+
+def describe_conventions(values: dict[str, Any]) -> str:
+    """``conventions`` in one line."""
+    delay = values["execution_delay"]
+    fills = (
+        "fills at the close it observed (execution_delay 0: optimistic)"
+        if delay == 0
+        else f"fills {delay} trading day{'s' if delay > 1 else ''} after the decision"
+    )
+    cash = values["cash"]
+    earns = f"cash earns {cash * 100:g}%/y" if isinstance(cash, (int, float)) else f"cash earns {cash}"
+    features = ",".join(values["features"])
+    return f"{fills} | universe {values['universe']} | features {features} | {earns}"
+
+
 def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested dict (``Config.to_dict``, or a document holding one) as one level of dotted keys."""
     flat = {}
@@ -482,6 +543,7 @@ def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 RUN_FLAGS = {
     "--data": "data.path",
+    "--benchmark": "data.benchmark",
     "--generations": "runtime.generations",
     "--population": "evolution.popsize",
     "--device": "runtime.device",
@@ -494,6 +556,7 @@ def add_run_flags(parser: Any) -> None:
     parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
+    parser.add_argument("--benchmark", help="the benchmark: a total-return series (a date and a level per row)")
     parser.add_argument("--generations", type=int, help="generations of a run (with --resume: its new total)")
     parser.add_argument("--population", type=int, help="agents in the population")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="training device")

@@ -1,6 +1,9 @@
 """Per-asset features, the train/validation/holdout split and the ``Market`` the environments read.
 
-Every feature is causal: the value on day ``t`` uses prices up to and including ``t`` only.
+Every feature is causal: the value on day ``t`` uses what is known at the close of ``t`` only. ``data.features``
+picks them: the built-in ones below (``BUILT_IN_FEATURES``, all of them by default) and any numeric column of the
+user's long data file, whose value dated ``t`` is taken as known at the close of ``t`` (a value published later must
+be dated when it was published). The built-in ones, from prices:
 
 * ``log_return_1d``, ``log_return_5d``, ``log_return_21d``: ``log(price[t] / price[t - h])``.
 * ``volatility_21d``: standard deviation of the last 21 daily log returns.
@@ -10,8 +13,12 @@ Every feature is causal: the value on day ``t`` uses prices up to and including 
 
 The exponential averages (RSI, MACD) have no finite window, so the warm-up counts them as full after
 three spans of the slowest one, when the days before the data start would weigh under 0.3 %. The
-first ``WARMUP_DAYS`` rows are dropped; then each feature is z-scored with the mean and standard
-deviation of the training rows of all assets together, and clipped to [-5, 5]. Pooling over assets
+first ``WARMUP_DAYS`` rows are dropped, whatever the features; then each feature, the user's columns
+alike, is z-scored with the mean and standard deviation of the training rows of all assets together
+(the asset-days with a value), and clipped to [-5, 5]. A value that is missing (an asset without a
+price that day, a window not yet full after it lists, a user's column before its first value) is
+neutral: 0, the training mean. In a market whose assets do not all trade every day, a last feature,
+``tradable``, is 1 on the days an asset has a price and 0 on the others, so the networks see it. Pooling over assets
 matters: a per-asset z-score would subtract each asset's own average return and volatility, and so
 hide from the agents exactly the differences between assets that a portfolio is built on (which asset
 leads, which is calm). The ``Market`` keeps the statistics (``feature_mean``, ``feature_std``, one row
@@ -20,12 +27,15 @@ per asset, all rows equal) so the same normalisation can be applied elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 import torch
 
 from environment.data import PriceTable
-from environment.market import Market, Splits
+from environment.market import TRADING_DAYS, Market, Splits
 from utils.errors import DataError
 
 _RETURN_HORIZONS = (1, 5, 21)
@@ -34,25 +44,63 @@ _RSI_WINDOW = 14
 _MACD_FAST, _MACD_SLOW = 12, 26
 _EMA_SETTLE_SPANS = 3
 _MIN_STD = 1e-12
+BUILTIN = "builtin"
+"""In ``data.features``, all of ``FEATURE_NAMES``."""
+TRADABLE = "tradable"
+"""The feature that says which assets have a price on a day (not normalised: 1 or 0)."""
+TRADABLE_DEFINITION = "1 on a day the asset has a price, 0 on a day it has none (not normalised)"
 
-FEATURE_NAMES: tuple[str, ...] = (
-    *(f"log_return_{h}d" for h in _RETURN_HORIZONS),
-    f"volatility_{_VOLATILITY_WINDOW}d",
-    f"rsi_{_RSI_WINDOW}",
-    f"macd_{_MACD_FAST}_{_MACD_SLOW}",
-)
-"""Names of the K per-asset features, in the order of the last axis of ``Market.features``."""
 
-FEATURE_DEFINITIONS: dict[str, str] = {
-    "log_return_1d": "log(price[t] / price[t - 1])",
-    "log_return_5d": "log(price[t] / price[t - 5])",
-    "log_return_21d": "log(price[t] / price[t - 21])",
-    "volatility_21d": "population standard deviation (ddof 0) of the last 21 daily log returns",
-    "rsi_14": "(avg_gain - avg_loss) / (avg_gain + avg_loss), 0 when both are 0; avg_* are pandas "
-    "ewm(alpha=1/14, adjust=True) means of the positive and negative daily price changes",
-    "macd_12_26": "ewm(span=12, adjust=True) mean minus ewm(span=26, adjust=True) mean of the log price",
+class BuiltInFeature(NamedTuple):
+    definition: str
+    """How the raw value of day ``t`` is computed from the prices up to ``t``."""
+    compute: Callable[[pd.DataFrame], pd.DataFrame]
+    """(T, N) prices, NaN where an asset has none -> (T, N) raw values, causal in time."""
+
+
+def _log_return(horizon: int) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    return lambda prices: np.log(prices).diff(horizon)
+
+
+def _volatility(prices: pd.DataFrame) -> pd.DataFrame:
+    return np.log(prices).diff().rolling(_VOLATILITY_WINDOW).std(ddof=0)
+
+
+def _rsi(prices: pd.DataFrame) -> pd.DataFrame:
+    change = prices.diff()
+    avg_gain = change.clip(lower=0.0).ewm(alpha=1.0 / _RSI_WINDOW).mean()
+    avg_loss = (-change).clip(lower=0.0).ewm(alpha=1.0 / _RSI_WINDOW).mean()
+    moved = avg_gain + avg_loss
+    return ((avg_gain - avg_loss) / moved.where(moved > 0)).fillna(0.0).where(change.notna())
+
+
+def _macd(prices: pd.DataFrame) -> pd.DataFrame:
+    log_price = np.log(prices)
+    return log_price.ewm(span=_MACD_FAST).mean() - log_price.ewm(span=_MACD_SLOW).mean()
+
+
+BUILT_IN_FEATURES: dict[str, BuiltInFeature] = {
+    **{f"log_return_{h}d": BuiltInFeature(f"log(price[t] / price[t - {h}])", _log_return(h)) for h in _RETURN_HORIZONS},
+    f"volatility_{_VOLATILITY_WINDOW}d": BuiltInFeature(
+        f"population standard deviation (ddof 0) of the last {_VOLATILITY_WINDOW} daily log returns", _volatility
+    ),
+    f"rsi_{_RSI_WINDOW}": BuiltInFeature(
+        "(avg_gain - avg_loss) / (avg_gain + avg_loss), 0 when both are 0; avg_* are pandas "
+        f"ewm(alpha=1/{_RSI_WINDOW}, adjust=True) means of the positive and negative daily price changes",
+        _rsi,
+    ),
+    f"macd_{_MACD_FAST}_{_MACD_SLOW}": BuiltInFeature(
+        f"ewm(span={_MACD_FAST}, adjust=True) mean minus ewm(span={_MACD_SLOW}, adjust=True) mean of the log price",
+        _macd,
+    ),
 }
-"""How each raw feature of day ``t`` is computed from the prices up to ``t`` (the code is ``raw_features``)."""
+"""The features computed from prices, by name: a new one added here is a feature ``data.features`` can name."""
+
+FEATURE_NAMES: tuple[str, ...] = tuple(BUILT_IN_FEATURES)
+"""The built-in features, in order: the default ``data.features``."""
+
+FEATURE_DEFINITIONS: dict[str, str] = {name: BUILT_IN_FEATURES[name].definition for name in FEATURE_NAMES}
+"""How each built-in raw feature of day ``t`` is computed from the prices up to ``t``."""
 
 FEATURE_CLIP: float = 5.0
 """Normalised features are clipped to [-FEATURE_CLIP, FEATURE_CLIP]."""
@@ -62,34 +110,34 @@ WARMUP_DAYS: int = max(
     _VOLATILITY_WINDOW,  # 21 daily returns reach back to price[t - 21]
     _EMA_SETTLE_SPANS * max(_MACD_SLOW, 2 * _RSI_WINDOW - 1),  # Wilder's 1/14 smoothing has span 27
 )
-"""Leading rows of a price table dropped because some feature's window is not yet full (81)."""
+"""Leading rows of a price table dropped because some built-in feature's window is not yet full (81)."""
 
 
-def raw_features(prices: np.ndarray) -> np.ndarray:
-    """Unnormalised features of every row, causal in time.
+def feature_names(requested: Sequence[str]) -> tuple[str, ...]:
+    """``data.features`` as the names it stands for: empty or ``builtin`` for every built-in feature, in order."""
+    names: list[str] = []
+    for name in requested or (BUILTIN,):
+        names.extend(FEATURE_NAMES if name == BUILTIN else (name,))
+    return tuple(dict.fromkeys(names))
+
+
+def user_columns(requested: Sequence[str]) -> tuple[str, ...]:
+    """The names in ``data.features`` that are no built-in feature: columns of the user's data file."""
+    return tuple(name for name in feature_names(requested) if name not in BUILT_IN_FEATURES)
+
+
+def raw_features(prices: np.ndarray, names: Sequence[str] = FEATURE_NAMES) -> np.ndarray:
+    """Unnormalised built-in features of every row, causal in time.
 
     Args:
-        prices: (T, N) positive prices.
+        prices: (T, N) positive prices, NaN where an asset has none.
+        names: built-in features, in the order of the result's last axis.
 
     Returns:
-        (T, N, K) float64 in ``FEATURE_NAMES`` order; rows before ``WARMUP_DAYS`` hold NaN or
-        features of incomplete windows.
+        (T, N, K) float64; rows before ``WARMUP_DAYS`` hold NaN or features of incomplete windows.
     """
-    log_price = pd.DataFrame(np.log(np.asarray(prices, dtype=np.float64)))  # (T, N)
-    daily = log_price.diff()
-    columns = [log_price.diff(h) for h in _RETURN_HORIZONS]
-    columns.append(daily.rolling(_VOLATILITY_WINDOW).std(ddof=0))
-
-    change = pd.DataFrame(np.asarray(prices, dtype=np.float64)).diff()
-    avg_gain = change.clip(lower=0.0).ewm(alpha=1.0 / _RSI_WINDOW).mean()
-    avg_loss = (-change).clip(lower=0.0).ewm(alpha=1.0 / _RSI_WINDOW).mean()
-    moved = avg_gain + avg_loss
-    columns.append(((avg_gain - avg_loss) / moved.where(moved > 0)).fillna(0.0).where(change.notna()))
-
-    fast = log_price.ewm(span=_MACD_FAST).mean()
-    slow = log_price.ewm(span=_MACD_SLOW).mean()
-    columns.append(fast - slow)
-    return np.stack([c.to_numpy() for c in columns], axis=-1)
+    frame = pd.DataFrame(np.asarray(prices, dtype=np.float64))  # (T, N)
+    return np.stack([BUILT_IN_FEATURES[name].compute(frame).to_numpy() for name in names], axis=-1)
 
 
 def build_market(
@@ -100,6 +148,10 @@ def build_market(
     validation_days: int,
     holdout_days: int,
     gap_days: int = 0,
+    features: Sequence[str] = (),
+    execution_delay: int = 0,
+    cash_rate: float = 0.0,
+    risk_free: np.ndarray | None = None,
     device: torch.device | str = "cpu",
 ) -> Market:
     """Builds the features, relatives and splits of a price table, on ``device``.
@@ -108,8 +160,16 @@ def build_market(
     last ``holdout_days``, then ``gap_days`` that no decision trades, validation the ``validation_days``
     before them, and train everything before (see the time conventions in ``environment.market``).
 
+    Args:
+        features: ``data.features``: built-in names and columns of ``table.columns`` (empty: the built-in ones).
+        execution_delay: days from a decision to its fill; the training range must hold one episode after it.
+        cash_rate: what cash earns, an annual rate.
+        risk_free: (rows of ``table``,) cash's annual rate by day, instead of ``cash_rate``; a day's rate is known at
+            its close and earned over the next day.
+
     Raises:
-        DataError: the table has too few rows for one training episode plus validation and holdout.
+        DataError: the table has too few rows for one training episode plus validation and holdout, or a feature
+            is neither built in nor a column of the table, or a column has no value on the training days.
     """
     for name, value in (
         ("lookback", lookback),
@@ -119,17 +179,18 @@ def build_market(
     ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    if gap_days < 0:
-        raise ValueError(f"gap_days must be >= 0, got {gap_days}")
+    if gap_days < 0 or execution_delay < 0:
+        raise ValueError(f"gap_days and execution_delay must be >= 0, got {gap_days} and {execution_delay}")
     # The first training decision needs `lookback` days of features (day lookback - 1) and an episode
-    # earns `episode_days` returns after it, all inside train: train.stop >= lookback + episode_days.
-    needed = WARMUP_DAYS + lookback + episode_days + validation_days + gap_days + holdout_days
+    # earns `episode_days` returns from `execution_delay` days after it, all inside train.
+    needed = WARMUP_DAYS + lookback + episode_days + execution_delay + validation_days + gap_days + holdout_days
     if table.num_days < needed:
         span = f" ({_iso(table.dates[0])} to {_iso(table.dates[-1])})" if table.num_days else ""
         gap = f" + data.gap_days {gap_days}" if gap_days else ""
+        delay = f" + env.execution_delay {execution_delay}" if execution_delay else ""
         raise DataError(
             f"the price data has {table.num_days} rows{span} but needs at least {needed}: "
-            f"{WARMUP_DAYS} feature warm-up + env.lookback {lookback} + env.episode_days {episode_days} "
+            f"{WARMUP_DAYS} feature warm-up + env.lookback {lookback} + env.episode_days {episode_days}{delay} "
             f"+ data.validation_days {validation_days}{gap} + data.holdout_days {holdout_days}; "
             "use more data (an earlier data.start) or smaller settings"
         )
@@ -144,37 +205,108 @@ def build_market(
         gap=range(train_stop + validation_days, holdout_start),
     )
 
-    features = raw_features(table.prices)[WARMUP_DAYS:]  # (T, N, K)
-    train = features[:train_stop]
-    num_assets = features.shape[1]
+    names = feature_names(features)
+    all_tradable = bool(table.tradable.all())
+    raw = _raw_values(table, names)[WARMUP_DAYS:]  # (T, N, K), NaN where missing
+    if not all_tradable:
+        raw[~table.tradable[WARMUP_DAYS:]] = np.nan  # a day without a price has no feature
+    train = raw[:train_stop]
+    num_assets = raw.shape[1]
+    missing = np.isnan(train).any()
+    if missing:
+        for k in np.flatnonzero(np.isnan(train).all(axis=(0, 1))):
+            raise DataError(
+                f"data.features: {names[k]} has no value on the training days ({_iso(table.dates[WARMUP_DAYS])} to "
+                f"{_iso(table.dates[WARMUP_DAYS + train_stop - 1])}), so it cannot be normalised; drop it or use "
+                "data from when it has values"
+            )
     # One mean and spread per feature over all assets' training days, repeated per asset: (N, K).
-    mean = np.broadcast_to(train.mean(axis=(0, 1)), (num_assets, train.shape[2])).copy()
-    std = np.broadcast_to(train.std(axis=(0, 1)), (num_assets, train.shape[2])).copy()
+    average, spread = (np.nanmean, np.nanstd) if missing else (np.mean, np.std)
+    mean = np.broadcast_to(average(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
+    std = np.broadcast_to(spread(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
     std = np.where(std > _MIN_STD, std, 1.0)  # a constant feature becomes 0, not NaN
-    features = np.clip((features - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
-    if not np.isfinite(features).all():
-        raise RuntimeError("non-finite features from finite, positive prices")
+    values = np.clip((raw - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
+    if np.isnan(values).any():
+        values = np.nan_to_num(values, nan=0.0)  # missing is neutral: the training mean
+    if not np.isfinite(values).all():
+        raise RuntimeError("non-finite features from finite values")
+    definitions = [_definition(name) for name in names]
+
+    tradable = None
+    if not all_tradable:
+        tradable = table.tradable[WARMUP_DAYS:]  # (T, N)
+        values = np.concatenate([values, tradable[..., None].astype(np.float32)], axis=-1)
+        mean = np.concatenate([mean, np.zeros((num_assets, 1))], axis=1)
+        std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)
+        names, definitions = (*names, TRADABLE), [*definitions, TRADABLE_DEFINITION]
 
     relatives = _relatives(table.prices)  # (T, N)
     benchmark = None if table.benchmark is None else _relatives(table.benchmark)  # (T,)
+    cash = _cash_relatives(table.num_days, cash_rate, risk_free)
     device = torch.device(device)
     return Market(
         dates=tuple(table.dates[WARMUP_DAYS:].strftime("%Y-%m-%d")),
         tickers=tuple(table.tickers),
-        feature_names=FEATURE_NAMES,
-        features=_to_tensor(features, device),
+        feature_names=tuple(names),
+        feature_definitions=tuple(definitions),
+        features=_to_tensor(values, device),
         relatives=_to_tensor(relatives, device),
         splits=splits,
         benchmark=None if benchmark is None else _to_tensor(benchmark, device),
+        benchmark_label=table.benchmark_label,
+        tradable=None if tradable is None else _to_tensor(tradable, device),
+        tradable_share=1.0 if tradable is None else float(tradable.mean()),
+        cash_relatives=None if cash is None else _to_tensor(cash, device),
         feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
         feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)
     )
 
 
+def _raw_values(table: PriceTable, names: Sequence[str]) -> np.ndarray:
+    """(rows, N, K) float64 raw values of the named features: built-in ones from the prices, the others the table's
+    columns."""
+    unknown = [name for name in names if name not in BUILT_IN_FEATURES and name not in table.columns]
+    if unknown:
+        raise DataError(
+            f"data.features: {unknown[0]} is neither a built-in feature ({', '.join(BUILT_IN_FEATURES)}) nor a "
+            "column of the data file"
+        )
+    built_in = [name for name in names if name in BUILT_IN_FEATURES]
+    computed = raw_features(table.prices, built_in) if built_in else None  # (rows, N, K built in)
+    if len(built_in) == len(names):  # the prices' features alone, in order
+        return computed
+    columns = {name: computed[..., k] for k, name in enumerate(built_in)} | dict(table.columns)
+    return np.stack([np.asarray(columns[name], dtype=np.float64) for name in names], axis=-1)
+
+
+def _definition(name: str) -> str:
+    if name in BUILT_IN_FEATURES:
+        return BUILT_IN_FEATURES[name].definition
+    return f"the data file's column {name!r}, its value dated t known at the close of t (the last one carried on)"
+
+
 def _relatives(levels: np.ndarray) -> np.ndarray:
-    """price[t] / price[t - 1] for the rows kept after the warm-up, the first from the row before it."""
+    """price[t] / price[t - 1] for the rows kept after the warm-up, the first from the row before it; 1 where either
+    price is missing (a holding keeps the value it last had)."""
     levels = np.asarray(levels, dtype=np.float64)
-    return (levels[WARMUP_DAYS:] / levels[WARMUP_DAYS - 1 : -1]).astype(np.float32)
+    relatives = levels[WARMUP_DAYS:] / levels[WARMUP_DAYS - 1 : -1]
+    if np.isnan(relatives).any():
+        relatives = np.where(np.isnan(relatives), 1.0, relatives)
+    return relatives.astype(np.float32)
+
+
+def _cash_relatives(rows: int, cash_rate: float, risk_free: np.ndarray | None) -> np.ndarray | None:
+    """(rows after the warm-up,) what cash earns each day, ``(1 + annual rate) ** (1 / 252)`` at the rate of the close
+    before; None when it earns nothing."""
+    if risk_free is None:
+        if cash_rate == 0.0:
+            return None
+        rates = np.full(rows - WARMUP_DAYS, cash_rate)
+    else:
+        rates = np.asarray(risk_free, dtype=np.float64)[WARMUP_DAYS - 1 : -1]
+    if not rates.any():
+        return None
+    return np.power(1.0 + rates, 1.0 / TRADING_DAYS).astype(np.float32)
 
 
 def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -5,10 +5,13 @@ environment to a reference.
 
 * Observation space: ``Dict(window=Box(-inf, inf, (N, L * K)), weights=Box(0, 1, (N + 1,)))``;
   the window holds the last L days of the K per-asset features, flattened per asset (days, then
-  features); weights are the current portfolio, cash first.
+  features); weights are the portfolio, cash first: the holdings at the decision's close with
+  ``execution_delay`` 0, else the previous order (``environment.kernel.decision_step``). In a market whose assets
+  do not all trade every day, ``tradable=MultiBinary(N)`` says which have a price on the decision day.
 * Action space: ``Box(0, 1, (N + 1,))``, non-negative scores normalised to target weights (all
-  zeros means all cash).
-* Reward: ``log(growth * (1 - cost_rate * turnover))``, see ``environment.kernel``.
+  zeros means all cash), filled ``execution_delay`` days later; weight on an asset that cannot trade then stays in
+  cash.
+* Reward: ``log(growth * (1 - cost_rate * turnover))`` over the day the target is held, see ``environment.kernel``.
 * Episode end: never terminated; truncated after ``episode_days`` steps.
 * Randomness: the start day, drawn uniformly by ``self.np_random`` unless
   ``options={"start_day": t}`` names it.
@@ -22,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from environment.kernel import cash_weights, portfolio_step, scores_to_weights, with_cash
+from environment.kernel import cash_weights, decision_step, scores_to_weights
 from environment.market import Market
 from environment.observation import WindowGatherer
 from environment.vector_env import episode_starts
@@ -39,23 +42,31 @@ class PortfolioEnv(gym.Env):
         lookback: int,
         episode_days: int,
         cost_rate: float,
+        execution_delay: int,
     ) -> None:
         super().__init__()
         self.market = market
         self.episode_days = episode_days
         self.cost_rate = cost_rate
-        self.gatherer = WindowGatherer(market.features, lookback)
-        self.starts = episode_starts(getattr(market.splits, split), lookback=lookback, episode_days=episode_days)
+        self.execution_delay = execution_delay
+        self.gatherer = WindowGatherer(market.features, lookback, market.tradable)
+        self.starts = episode_starts(
+            getattr(market.splits, split),
+            lookback=lookback,
+            episode_days=episode_days,
+            execution_delay=execution_delay,
+        )
         if len(self.starts) == 0:
             raise ValueError(f"the {split} split is too short for an episode of {episode_days} days")
         n = market.num_assets
         low, high = float(market.features.min()), float(market.features.max())
-        self.observation_space = gym.spaces.Dict(
-            {
-                "window": gym.spaces.Box(low, high, (n, self.gatherer.window_size), np.float32),
-                "weights": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),
-            }
-        )
+        spaces: dict[str, gym.Space] = {
+            "window": gym.spaces.Box(low, high, (n, self.gatherer.window_size), np.float32),
+            "weights": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),
+        }
+        if market.tradable is not None:
+            spaces["tradable"] = gym.spaces.MultiBinary(n)
+        self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32)
         self._weights = cash_weights((), n, device=market.device)
         self._day = self.starts.start
@@ -76,8 +87,17 @@ class PortfolioEnv(gym.Env):
 
     def step(self, action: np.ndarray):
         target = scores_to_weights(torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device))
-        relatives = with_cash(self.market.relatives[self._day + 1])
-        result = portfolio_step(self._weights, target, relatives, cost_rate=self.cost_rate)
+        fill = self._day + self.execution_delay
+        result = decision_step(
+            self._weights,
+            target,
+            self.market.day_relatives(torch.tensor(fill + 1, device=self.market.device)),
+            cost_rate=self.cost_rate,
+            fill_relatives=None
+            if self.execution_delay == 0
+            else self.market.day_relatives(torch.tensor(fill, device=self.market.device)),
+            tradable=self.market.tradable_on(torch.tensor(fill, device=self.market.device)),
+        )
         self._weights = result.next_weights
         self._day += 1
         self._step += 1
@@ -89,4 +109,7 @@ class PortfolioEnv(gym.Env):
         window = self.gatherer.gather(torch.tensor([self._day], device=self.market.device))[0]
         # Drift can push a weight a hair outside [0, 1] in float32; the space says [0, 1].
         weights = self._weights.clamp(0.0, 1.0)
-        return {"window": window.cpu().numpy(), "weights": weights.cpu().numpy().astype(np.float32)}
+        observation = {"window": window.cpu().numpy(), "weights": weights.cpu().numpy().astype(np.float32)}
+        if self.market.tradable is not None:
+            observation["tradable"] = self.market.tradable[self._day].cpu().numpy().astype(np.int8)
+        return observation

@@ -3,15 +3,23 @@
 Weights are over ``N + 1`` slots, cash first: ``weights[..., 0]`` is cash, ``weights[..., 1:]``
 the assets in ``Market.tickers`` order. Every function works on any leading batch shape.
 
-One step, from the close of day ``t`` to the close of day ``t + 1``:
+One step (``portfolio_step``), from the close at which a target fills to the next close:
 
 1. Rebalance from the current (drifted) ``weights`` to ``target``. The turnover is
    ``sum_i |target_i - weights_i|`` over the assets (cash is not charged); the cost is
    ``cost_rate * turnover`` as a fraction of the portfolio's value before trading.
 2. Hold ``target`` through the day: the gross growth is ``sum_i target_i * relative_i``
-   (cash has relative 1).
+   (cash's relative is what cash earns that day, 1 at a zero rate).
 3. ``reward = log(growth * (1 - cost))``: the log of the net growth of the portfolio's value.
 4. The weights drift with prices: ``next_weights_i = target_i * relative_i / growth``.
+
+A decision's step (``decision_step``) is that step at the close its target fills. When it fills at the close the
+decision observed (``env.execution_delay`` 0), the decision's weights are the holdings then. When it fills later, the
+weights a decision sees are the previous order's (each order is the whole portfolio, so the orders still pending
+before it do not change what it earns): that order drifts through the fill day, then this one replaces it. Either way
+every day's return is earned by exactly one decision, the one whose target is held through it. A target's weight on
+an asset that cannot trade at the fill (no price that day) stays in cash; a holding in such an asset is sold at the
+value it last had, with costs.
 """
 
 from __future__ import annotations
@@ -32,10 +40,10 @@ class StepResult(NamedTuple):
     """(...) transaction costs as a fraction of the portfolio's value."""
 
 
-def with_cash(relatives: torch.Tensor) -> torch.Tensor:
-    """Prepend the cash relative (1) to asset relatives: (..., N) -> (..., N + 1)."""
-    ones = torch.ones_like(relatives[..., :1])
-    return torch.cat([ones, relatives], dim=-1)
+def with_cash(relatives: torch.Tensor, cash: torch.Tensor | None = None) -> torch.Tensor:
+    """Prepend cash's relative to asset relatives: (..., N) -> (..., N + 1); ``cash`` (...) or None for 1."""
+    cash = torch.ones_like(relatives[..., :1]) if cash is None else cash.unsqueeze(-1)
+    return torch.cat([cash, relatives], dim=-1)
 
 
 def portfolio_step(
@@ -58,6 +66,51 @@ def portfolio_step(
     return StepResult(next_weights, rewards, turnover, costs)
 
 
+def drift(weights: torch.Tensor, relatives: torch.Tensor) -> torch.Tensor:
+    """Weights (..., N + 1) held through a day of ``relatives`` (..., N + 1), as they stand at its close."""
+    held = weights * relatives
+    return held / held.sum(-1, keepdim=True)
+
+
+def fill_tradable(target: torch.Tensor, tradable: torch.Tensor) -> torch.Tensor:
+    """``target`` (..., N + 1) with its weight on the assets that cannot trade (``tradable`` (..., N) False) in cash."""
+    assets = target[..., 1:] * tradable
+    cash = target[..., :1] + (target[..., 1:] - assets).sum(-1, keepdim=True)
+    return torch.cat([cash, assets], dim=-1)
+
+
+def decision_step(
+    weights: torch.Tensor,
+    target: torch.Tensor,
+    relatives: torch.Tensor,
+    *,
+    cost_rate: float,
+    fill_relatives: torch.Tensor | None = None,
+    tradable: torch.Tensor | None = None,
+) -> StepResult:
+    """A decision's trade at its fill and the day it earns (see the module docstring).
+
+    Args:
+        weights: (..., N + 1) the weights the decision saw: the holdings at its close when it fills there, else the
+            previous order.
+        target: (..., N + 1) the decision's target weights.
+        relatives: (..., N + 1) the relatives of the day after the fill, cash first: what the target earns.
+        cost_rate: cost per unit of turnover.
+        fill_relatives: (..., N + 1) the relatives of the fill day, through which the previous order drifts before
+            the target fills; None when the target fills at the close the decision observed.
+        tradable: (..., N) the assets that can trade at the fill; None when all can.
+
+    Returns:
+        The step; its ``next_weights`` are the weights the next decision sees: the drifted holdings when targets fill
+        at the close they observed, else this order as it filled.
+    """
+    before = weights if fill_relatives is None else drift(weights, fill_relatives)
+    if tradable is not None:
+        target = fill_tradable(target, tradable)
+    result = portfolio_step(before, target, relatives, cost_rate=cost_rate)
+    return result if fill_relatives is None else result._replace(next_weights=target)
+
+
 def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
     """All-cash weights of the given leading shape: (*shape, N + 1)."""
     weights = torch.zeros(*shape, num_assets + 1, device=device)
@@ -70,6 +123,16 @@ def equal_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.devi
     weights = torch.full((*shape, num_assets + 1), 1.0 / num_assets, device=device)
     weights.select(-1, 0).fill_(0.0)
     return weights
+
+
+def equal_tradable_weights(tradable: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Equal weight over each row's tradable assets (``tradable`` (..., N) bool), all cash where none is: (..., N + 1)
+    (into ``out`` when given)."""
+    assets = tradable.to(torch.float32)
+    count = assets.sum(-1, keepdim=True)
+    cash = (count == 0).to(assets.dtype)
+    weights = torch.cat([cash, assets / count.clamp(min=1.0)], dim=-1)
+    return weights if out is None else out.copy_(weights)
 
 
 def scores_to_weights(scores: torch.Tensor) -> torch.Tensor:

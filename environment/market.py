@@ -4,11 +4,17 @@ Time conventions, used everywhere:
 
 * Day ``t`` indexes rows of ``features`` and ``relatives``.
 * ``relatives[t] = price[t] / price[t - 1]`` (row 0 uses the price before the kept rows; no decision earns it).
-* A decision at day ``t`` sees ``features[t - L + 1 : t + 1]`` and the current weights, and its
-  target weights are held from the close of ``t`` to the close of ``t + 1``, earning ``relatives[t + 1]``.
+* A decision at day ``t`` sees ``features[t - L + 1 : t + 1]`` (what is known at the close of ``t``) and its weights.
+  Its target fills ``d = env.execution_delay`` days later, at the close of ``t + d``, and is held to the close of
+  ``t + d + 1``, earning ``relatives[t + d + 1]``. ``d = 1`` (the default) is a market order sent after the close
+  that fills at the next one; ``d = 0`` fills at the very close the decision observed, which no one can trade:
+  an optimistic convention, kept for comparison.
 * A split is the range of days whose returns it earns: the decisions of split ``r`` are the days
-  ``r.start - 1 .. r.stop - 2``. The lookback of a decision may reach into the previous split
-  (features are causal), but no return of a later split is ever earned by an earlier one.
+  ``r.start - 1 - d .. r.stop - 2 - d`` (``first_decision``). The lookback of a decision may reach into the previous
+  split (features are causal), but no return of a later split is ever earned by an earlier one.
+* An asset trades on the days it has a price (``tradable``): from its first price to its last, less any gap longer
+  than ``data.max_fill_days``. On the other days its features are neutral, its relative is 1 (a holding keeps the
+  value it last had) and no target can put weight on it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from environment.kernel import with_cash
+
+TRADING_DAYS = 252
+"""Trading days in a year: what annual figures and rates are converted with."""
+
+
+def first_decision(split: range, execution_delay: int) -> int:
+    """The decision day whose target earns the first day of ``split``."""
+    return split.start - 1 - execution_delay
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,16 @@ class Market:
     """Train, validation and holdout day ranges."""
     benchmark: torch.Tensor | None = None
     """(T,) float32 relatives of a benchmark index on the same days, when the data set has one."""
+    benchmark_label: str = "index"
+    """What the benchmark is, as reports name it (a price index without dividends is labelled so)."""
+    tradable: torch.Tensor | None = None
+    """(T, N) bool: the assets that have a price on each day; None when every asset has one every day."""
+    tradable_share: float = 1.0
+    """The share of asset-days on which the asset has a price (counted on the host, where the market was built)."""
+    feature_definitions: tuple[str, ...] = ()
+    """How each feature's raw value of day ``t`` is made, in ``feature_names`` order."""
+    cash_relatives: torch.Tensor | None = None
+    """(T,) float32 what cash earns each day (``1 + rate`` a day, from the close before); None when it earns nothing."""
     feature_mean: torch.Tensor | None = None
     """(N, K) float32 mean of each raw (asset, feature) over the training rows, when built from prices."""
     feature_std: torch.Tensor | None = None
@@ -57,6 +83,15 @@ class Market:
 
     ``features = clip((raw - feature_mean) / feature_std, -FEATURE_CLIP, FEATURE_CLIP)``; see ``environment.features``.
     """
+
+    def day_relatives(self, days: torch.Tensor) -> torch.Tensor:
+        """The relatives of ``days`` (...), cash first: (..., N + 1)."""
+        cash = None if self.cash_relatives is None else self.cash_relatives[days]
+        return with_cash(self.relatives[days], cash)
+
+    def tradable_on(self, days: torch.Tensor) -> torch.Tensor | None:
+        """(..., N) the assets that can trade on ``days`` (...); None when every asset always can."""
+        return None if self.tradable is None else self.tradable[days]
 
     @property
     def num_days(self) -> int:

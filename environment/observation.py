@@ -28,6 +28,9 @@ class Observation(NamedTuple):
     agent sees the same windows."""
     weights: torch.Tensor | None
     """(P, ..., N + 1) the portfolio's weights, cash first; None for a block of days whose weights are not known yet."""
+    tradable: torch.Tensor | None = None
+    """(..., N) bool, the assets that have a price on the decision day, like ``windows`` without its agent dimension;
+    None when every asset of the market always has one. The actor puts no weight on the others."""
 
 
 class WindowGatherer:
@@ -36,15 +39,17 @@ class WindowGatherer:
     Args:
         features: (T, N, K) contiguous feature tensor (read, never written).
         lookback: L, days per window.
+        tradable: (T, N) bool, the assets that have a price on each day (``Market.tradable``), or None.
     """
 
-    def __init__(self, features: torch.Tensor, lookback: int) -> None:
+    def __init__(self, features: torch.Tensor, lookback: int, tradable: torch.Tensor | None = None) -> None:
         if not features.is_contiguous():
             raise ValueError("features must be contiguous")
         num_days, num_assets, num_features = features.shape
         if lookback > num_days:
             raise ValueError(f"lookback {lookback} exceeds the {num_days} days of features")
         self.lookback = lookback
+        self.tradable = tradable
         self.num_assets = num_assets
         self.num_features = num_features
         # (T - L + 1, N, L, K): row s is features[s : s + L] with assets first; a view, no copy.
@@ -69,7 +74,8 @@ class WindowGatherer:
     ) -> Observation:
         """The observation at decision days ``days`` of portfolios holding ``weights``: the market's part gathered
         (into ``out``, from ``empty(*days.shape)``), the weights as given."""
-        return Observation(self.gather(days, out=out), weights)
+        tradable = None if self.tradable is None else self.tradable[days]
+        return Observation(self.gather(days, out=out), weights, tradable)
 
     def gather(self, days: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Windows ending at ``days`` (inclusive): (*days.shape, N, L * K).

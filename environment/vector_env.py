@@ -7,9 +7,11 @@ overwrites them with new start days.
 Spaces, per agent and episode (see ``kernel`` for the step arithmetic):
 
 * observation: the lookback window of features ending at the decision day, (N, L * K), shared by
-  all agents, plus the agent's current weights, (N + 1,), cash first.
-* action: target weights on the simplex, (N + 1,).
-* reward: log of the portfolio's net growth over the day.
+  all agents, plus the agent's weights, (N + 1,), cash first: its holdings when targets fill at the close they
+  observed, else its previous order (``environment.kernel.decision_step``); and, in a market whose assets do not all
+  trade every day, which of them can.
+* action: target weights on the simplex, (N + 1,), filled ``execution_delay`` days after the decision.
+* reward: log of the portfolio's net growth over the day the target is held, costs of its fill included.
 * episode end: after ``episode_days`` steps the window ends; that is a truncation (the market goes
   on, so targets bootstrap through it). Nothing terminates an episode: a long-only portfolio with
   costs below 100% cannot be ruined.
@@ -22,8 +24,8 @@ from typing import NamedTuple
 
 import torch
 
-from environment.kernel import portfolio_step, with_cash
-from environment.market import Market
+from environment.kernel import decision_step, drift, equal_tradable_weights
+from environment.market import Market, first_decision
 from environment.observation import Observation, WindowGatherer
 
 
@@ -42,14 +44,14 @@ class Step(NamedTuple):
     """() bool, on the device: True on the last step of the window."""
 
 
-def episode_starts(split: range, *, lookback: int, episode_days: int) -> range:
+def episode_starts(split: range, *, lookback: int, episode_days: int, execution_delay: int) -> range:
     """Decision days on which an episode of ``episode_days`` steps can start inside ``split``.
 
-    A window's decisions earn returns of days ``start + 1 .. start + episode_days``, all inside
-    ``split``, and its first lookback window must be complete.
+    A window's decisions earn returns of days ``start + d + 1 .. start + d + episode_days`` (``d`` the execution
+    delay), all inside ``split``, and its first lookback window must be complete.
     """
-    first = max(split.start - 1, lookback - 1)
-    last = split.stop - 1 - episode_days
+    first = max(first_decision(split, execution_delay), lookback - 1)
+    last = split.stop - 1 - episode_days - execution_delay
     return range(first, max(first, last + 1))
 
 
@@ -70,13 +72,15 @@ class VectorPortfolioEnv:
         episode_days: int,
         lookback: int,
         cost_rate: float,
+        execution_delay: int,
     ) -> None:
         self.market = market
         self.num_agents = num_agents
         self.num_episodes = num_episodes
         self.episode_days = episode_days
         self.cost_rate = cost_rate
-        self.gatherer = WindowGatherer(market.features, lookback)
+        self.execution_delay = execution_delay
+        self.gatherer = WindowGatherer(market.features, lookback, market.tradable)
         device = market.device
         n = market.num_assets
         # Everything the environment holds, allocated once.
@@ -117,14 +121,43 @@ class VectorPortfolioEnv:
         shape = (self.num_episodes, days, *out.shape[2:])
         block = out.view(-1)[: math.prod(shape)].view(shape)  # the buffer's front, contiguous
         observation = self.gatherer.observe(self._days[:, None] + self._offsets[:days], None, out=block)
-        return observation._replace(windows=observation.windows.flatten(0, 1))
+        tradable = None if observation.tradable is None else observation.tradable.flatten(0, 1)
+        return observation._replace(windows=observation.windows.flatten(0, 1), tradable=tradable)
+
+    def _fill_days(self) -> torch.Tensor:
+        """(E,) the day today's decisions fill."""
+        return self._days if self.execution_delay == 0 else self._days + self.execution_delay
+
+    def tradable_today(self) -> torch.Tensor | None:
+        """(E, N) the assets with a price on today's decision day; None when all always have one."""
+        return self.market.tradable_on(self._days)
+
+    def equal_weight(self, out: torch.Tensor) -> torch.Tensor:
+        """Equal weight over today's tradable assets, into ``out`` (E, N + 1): the baseline's target (an ``out`` set to
+        equal weight once stays right in a market whose assets always trade)."""
+        tradable = self.tradable_today()
+        return out if tradable is None else equal_tradable_weights(tradable, out=out)
+
+    def weights_before_fill(self) -> torch.Tensor:
+        """(P, E, N + 1) the holdings just before today's decisions fill: a target of these trades nothing (buy and
+        hold's). With a delay, the previous order drifted through the fill day, which the decision cannot know."""
+        if self.execution_delay == 0:
+            return self.weights
+        return drift(self.weights, self.market.day_relatives(self._fill_days()))
 
     def apply(self, actions: torch.Tensor) -> Step:
         """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories and the
         weights and days are written in place (the next observation is gathered by ``observe`` or
         ``observe_block``)."""
-        relatives = with_cash(self.market.relatives[self._days + 1])  # (E, N + 1)
-        result = portfolio_step(self.weights, actions, relatives, cost_rate=self.cost_rate)
+        fill = self._fill_days()
+        result = decision_step(
+            self.weights,
+            actions,
+            self.market.day_relatives(fill + 1),  # (E, N + 1)
+            cost_rate=self.cost_rate,
+            fill_relatives=None if self.execution_delay == 0 else self.market.day_relatives(fill),
+            tradable=self.market.tradable_on(fill),
+        )
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
         self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
         step = Step(

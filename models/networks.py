@@ -9,7 +9,8 @@ weights for every asset) turns each asset's window into an embedding, so the net
 number of assets and see each asset the same way.
 
 * Actor: per asset, [embedding, mean embedding over assets, the asset's weight] -> MLP -> a logit;
-  cash gets a logit from [mean embedding, cash weight]. Softmax over N + 1 gives target weights.
+  cash gets a logit from [mean embedding, cash weight]. Softmax over N + 1 gives target weights. An asset without a
+  price on the decision day (``Observation.tradable``) gets a logit of -inf: no weight, before the softmax.
   The policy is a tilt around equal weight: the heads' last layers start near zero, and the cash logit
   starts at ``CASH_LOGIT``, so a new agent holds close to 1/N in every asset and trades little until
   learning gives it a reason to. All-zero last layers are exactly equal weight (``set_equal_weight_``).
@@ -130,6 +131,8 @@ class ActorFeatures(NamedTuple):
     """(P, M, N, H) the asset head's first layer on [embedding, context], with bias; the weight's term comes later."""
     cash: torch.Tensor
     """(P, M, H) the cash head's first layer on the context with its bias."""
+    tradable: torch.Tensor | None = None
+    """(1 or P, M, N) bool, the assets that can trade on the decision day (``Observation.tradable``), or None: all."""
 
 
 class Actor(nn.Module):
@@ -178,7 +181,10 @@ class Actor(nn.Module):
         assets = first.part(emb, 0, embedding) + context_part.unsqueeze(2)  # (P, M, N, H)
         cash_first = self.cash_head.layers[0]
         cash = cash_first.part(context, 0, embedding) + cash_first.bias  # (P, M, H)
-        return ActorFeatures(assets, cash)
+        tradable = obs.tradable
+        if tradable is not None and tradable.dim() == 2:
+            tradable = tradable.unsqueeze(0)  # (M, N) that every agent sees -> (1, M, N)
+        return ActorFeatures(assets, cash, tradable)
 
     def decide(self, features: ActorFeatures, weights: torch.Tensor) -> torch.Tensor:
         """``features`` of M observations and their weights (P, M, N + 1) -> logits (P, M, N + 1)."""
@@ -186,6 +192,8 @@ class Actor(nn.Module):
         asset_weight = self.asset_head.layers[0].column(2 * self.model.embedding).view(popsize, 1, 1, hidden)
         asset_hidden = torch.relu(torch.addcmul(features.assets, weights[..., 1:, None], asset_weight))  # (P, M, N, H)
         asset_logits = self.asset_head.layers[1](asset_hidden.flatten(1, 2)).view(weights[..., 1:].shape)  # (P, M, N)
+        if features.tradable is not None:  # no weight on an asset without a price: masked before the softmax
+            asset_logits = asset_logits.masked_fill(~features.tradable, -math.inf)
         cash_weight = self.cash_head.layers[0].column(self.model.embedding).view(popsize, 1, hidden)
         cash_hidden = torch.relu(torch.addcmul(features.cash, weights[..., :1], cash_weight))  # (P, M, H)
         cash_logit = self.cash_head.layers[1](cash_hidden)  # (P, M, 1)

@@ -1,9 +1,10 @@
 """The shared replay buffer: transitions as days and portfolio state, never observation windows.
 
 A transition is its decision day ``t``, the weights before and after the step, the action, the
-reward and the two end flags: ``8 + 12 * (N + 1)`` bytes or so, whatever the lookback length or
-the number of features. Observations are rebuilt at sample time: the window ending at ``t`` and,
-for the next observation, the one ending at ``t + 1``.
+reward and the two end flags: ``8 + 12 * (N + 1)`` bytes or so, whatever the lookback length, the
+number of features or the execution delay. Observations are rebuilt at sample time: the window ending
+at ``t`` and, for the next observation, the one ending at ``t + 1``; what the market did from the
+decision's fill on (its relatives, which assets traded) is read from the market by day too.
 
 All storage is allocated in the constructor, including the sample buffers; a sampled batch's
 windows live in those buffers until the next ``sample`` call overwrites them.
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from environment.kernel import with_cash
+from environment.market import Market
 from environment.observation import Observation, WindowGatherer
 from models.share import Share
 
@@ -47,8 +48,13 @@ class ReplayBatch(NamedTuple):
     truncated: torch.Tensor
     """(P, B) float, 1 where the window ended (bootstrap through it)."""
     next_relatives: torch.Tensor
-    """(P, B, N + 1) the price relatives the step earned, cash first: the market is exogenous, so the reward
-    of any other action on that day follows from them (``environment.kernel.portfolio_step``)."""
+    """(P, B, N + 1) the price relatives the step earned (the day after its fill), cash first: the market is exogenous,
+    so the reward of any other action on that day follows from them (``environment.kernel.decision_step``)."""
+    fill_relatives: torch.Tensor | None = None
+    """(P, B, N + 1) the relatives of the fill day, through which the previous order drifts; None when targets fill at
+    the close they observed (``env.execution_delay`` 0)."""
+    fill_tradable: torch.Tensor | None = None
+    """(P, B, N) bool, the assets that could trade at the fill; None when all always can."""
 
 
 class ReplayBuffer:
@@ -58,9 +64,10 @@ class ReplayBuffer:
         capacity: transitions held; the oldest are overwritten.
         num_assets: N.
         gatherer: rebuilds windows from the feature tensor.
-        relatives: (T, N) price relatives of the market (read, never written).
+        market: the market the transitions were traded in (read, never written): its relatives and tradable assets.
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
+        execution_delay: days from a decision to its fill (``env.execution_delay``).
         share: the agents of the P whose batches are trained here (``models.share``; all by default): every
             ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
     """
@@ -70,15 +77,17 @@ class ReplayBuffer:
         capacity: int,
         num_assets: int,
         gatherer: WindowGatherer,
-        relatives: torch.Tensor,
+        market: Market,
         *,
         sample_shape: tuple[int, int],
         device: torch.device | str,
+        execution_delay: int,
         share: Share | None = None,
     ) -> None:
         self.capacity = capacity
         self.gatherer = gatherer
-        self.relatives = relatives
+        self.market = market
+        self.execution_delay = execution_delay
         self.sample_shape = sample_shape
         self.share = share or Share.whole(sample_shape[0])
         self.pos = 0  # the host's count of where the next transition goes (``commit``)
@@ -182,6 +191,7 @@ class ReplayBuffer:
         """The transitions at buffer positions ``index`` (P, B), observations rebuilt from the features."""
         s = self.storage
         days = s["days"][index].long()  # (P, B)
+        fill = days if self.execution_delay == 0 else days + self.execution_delay
         return ReplayBatch(
             obs=self.gatherer.observe(days, s["weights"][index], out=self._windows),
             actions=s["actions"][index],
@@ -189,7 +199,9 @@ class ReplayBuffer:
             next_obs=self.gatherer.observe(days + 1, s["next_weights"][index], out=self._next_windows),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
-            next_relatives=with_cash(self.relatives[days + 1]),
+            next_relatives=self.market.day_relatives(fill + 1),
+            fill_relatives=None if self.execution_delay == 0 else self.market.day_relatives(fill),
+            fill_tradable=self.market.tradable_on(fill),
         )
 
     def state(self) -> ReplayState:

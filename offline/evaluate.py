@@ -35,7 +35,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from config import Config
+from config import Config, conventions, describe_conventions, override
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
@@ -80,8 +80,12 @@ LABELS = {
     "equal_weight": "equal weight, daily",
     "buy_and_hold": "equal weight, held",
     "cash": "cash",
-    INDEX: "index",
 }
+"""How reports name each strategy; the benchmark is named for what it is (``Market.benchmark_label``)."""
+
+
+def strategy_labels(market: Market) -> dict[str, str]:
+    return {**LABELS, INDEX: market.benchmark_label}
 
 
 @dataclass
@@ -113,7 +117,12 @@ def _load_params(actor: Actor, tensors: dict[str, torch.Tensor], where: str, *, 
             param.copy_(value)
 
 
-def _from_export(folder: Path, label: str) -> ChampionActor:
+def _with_benchmark(config: Config, benchmark: str | None) -> Config:
+    """The run's config with the benchmark ``--benchmark`` names (the reports' alone: the market is the same)."""
+    return config if not benchmark else override(config, {"data.benchmark": benchmark})
+
+
+def _from_export(folder: Path, label: str, benchmark: str | None = None) -> ChampionActor:
     try:
         spec = json.loads((folder / "actor.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -126,7 +135,7 @@ def _from_export(folder: Path, label: str) -> ChampionActor:
         raise CheckpointError(f"{label}/actor.json has format_version {version!r}; this version reads {known}")
     if spec.get("precision", PRECISION) != PRECISION:  # version 1 has no precision: its actors are float32
         raise CheckpointError(f"{label}/actor.json asks for precision {spec['precision']!r}; evaluate runs {PRECISION}")
-    config = in_float32(run_config(spec["source"].get("config"), f"{label}/actor.json"))
+    config = _with_benchmark(in_float32(run_config(spec["source"].get("config"), f"{label}/actor.json")), benchmark)
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
     try:
         tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
@@ -145,10 +154,10 @@ def _from_export(folder: Path, label: str) -> ChampionActor:
     return ChampionActor(config, market, actor, source, None, folder / "evaluation")
 
 
-def _from_checkpoint(target: str, scratch: Path) -> ChampionActor:
+def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -> ChampionActor:
     located = locate(target, scratch)
     gen = located.gen
-    state, config, market = read_generation(located, refusal="cannot evaluate")
+    state, config, market = read_generation(located, refusal="cannot evaluate", benchmark=benchmark)
     config = in_float32(config)
     actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
@@ -199,8 +208,9 @@ def _remote_export(uri: str, scratch: Path) -> Path | None:
     return scratch
 
 
-def load_champion(target: str, scratch: Path) -> ChampionActor:
-    """The champion of a run, a generation or an export (local or gs://), with its config and rebuilt market.
+def load_champion(target: str, scratch: Path, *, benchmark: str | None = None) -> ChampionActor:
+    """The champion of a run, a generation or an export (local or gs://), with its config and rebuilt market (with
+    ``benchmark``, a total-return file, as its benchmark instead of the run's).
 
     Raises:
         InputError: The target cannot be read (CheckpointError for a damaged or foreign one).
@@ -209,17 +219,17 @@ def load_champion(target: str, scratch: Path) -> ChampionActor:
         folder = _remote_export(target.rstrip("/"), scratch / "export")
         name = target.rstrip("/").rsplit("/", 1)[-1]
         if folder is not None:
-            champion = _from_export(folder, target.rstrip("/"))
+            champion = _from_export(folder, target.rstrip("/"), benchmark)
         else:
             (scratch / "checkpoint").mkdir()
-            champion = _from_checkpoint(target, scratch / "checkpoint")
+            champion = _from_checkpoint(target, scratch / "checkpoint", benchmark)
             name = f"{champion.config.checkpoint.run_name or name}-gen-{champion.source['generation']:06d}"
         champion.default_out = Path(f"evaluation-{name}")
         return champion
     path = Path(target).expanduser()
     if (path / "actor.json").is_file():
-        return _from_export(path, str(path))
-    return _from_checkpoint(target, scratch)
+        return _from_export(path, str(path), benchmark)
+    return _from_checkpoint(target, scratch, benchmark)
 
 
 # ---------------------------------------------------------------------------------------------- the report
@@ -254,13 +264,15 @@ def report_document(
 ) -> dict[str, Any]:
     """Everything ``evaluation.json`` holds; ``overfitting`` is ``diagnostics``' answer."""
     env = champion.config.env
+    labels = strategy_labels(champion.market)
     return {
         "source": champion.source,
         "cost_rate": env.cost_rate,
         "episode_days": env.episode_days,
         "lookback": env.lookback,
+        "conventions": conventions(champion.config),
         "tickers": list(champion.market.tickers),
-        "strategies": {name: LABELS[name] for name in _strategies(results["holdout"])},
+        "strategies": {name: labels[name] for name in _strategies(results["holdout"])},
         "ranges": {
             name: {
                 "first_day": result.dates[0],
@@ -283,15 +295,16 @@ def _ratio(value: float) -> str:
     return "n/a" if math.isnan(value) or math.isinf(value) else f"{value:+.2f}"
 
 
-def table(result: RangeResult, *, cost_rate: float) -> str:
-    """The metrics of one range as a fixed-width table."""
+def table(result: RangeResult, *, cost_rate: float, labels: dict[str, str] = LABELS) -> str:
+    """The metrics of one range as a fixed-width table, each strategy by its name in ``labels``."""
     role = "out of sample" if result.name == "holdout" else "in sample: it chose the champion"
     header = (
         f"{result.name} ({role}) {result.dates[0]} to {result.dates[-1]}: "
         f"{len(result.dates)} days from cash, costs {cost_rate * 1e4:g} bp per unit of turnover"
     )
     columns = ("strategy", "total", "annual", "vol", "Sharpe", "Sortino", "max DD", "Calmar", "turnover/y", "costs")
-    lines = [header, f"{columns[0]:<22}" + "".join(f"{c:>11}" for c in columns[1:])]
+    width = max(22, *(len(labels[strategy]) + 2 for strategy in result.metrics))
+    lines = [header, f"{columns[0]:<{width}}" + "".join(f"{c:>11}" for c in columns[1:])]
     for strategy, m in result.metrics.items():
         cells = (
             _percent(m.total_return),
@@ -304,7 +317,7 @@ def table(result: RangeResult, *, cost_rate: float) -> str:
             f"{m.turnover:.1f}x",
             f"{100 * m.costs:.2f}%",
         )
-        lines.append(f"{LABELS[strategy]:<22}" + "".join(f"{cell:>11}" for cell in cells))
+        lines.append(f"{labels[strategy]:<{width}}" + "".join(f"{cell:>11}" for cell in cells))
     return "\n".join(lines)
 
 
@@ -327,6 +340,7 @@ def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
 
 def _write_plots(out: Path, champion: ChampionActor, results: dict[str, RangeResult]) -> list[str]:
     title = f"champion of {champion.source['path']} (generation {champion.source['generation']})"
+    labels = strategy_labels(champion.market)
 
     def panel_title(result: RangeResult) -> str:
         return f"{result.name}: {result.dates[0]} to {result.dates[-1]}"
@@ -334,7 +348,7 @@ def _write_plots(out: Path, champion: ChampionActor, results: dict[str, RangeRes
     def curves(result: RangeResult, transform) -> SeriesPanel:
         # Points are closes: the day before the first return, then every day a return is earned.
         dates = [_day_before(champion.market, result.dates[0]), *result.dates]
-        series = {LABELS[s]: list(transform(t.log_returns)) for s, t in result.traces.items()}
+        series = {labels[s]: list(transform(t.log_returns)) for s, t in result.traces.items()}
         return SeriesPanel(panel_title(result), dates, series)
 
     results_in_order = [results[name] for name in RANGES]
@@ -407,12 +421,20 @@ def _tensorboard(out: Path, written: Sequence[str], tables: str, step: int) -> P
     return log_dir
 
 
-def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: Callable[[str], None] = print) -> Path:
+def run(
+    target: str,
+    *,
+    out: str | None,
+    tensorboard: bool,
+    as_json: bool,
+    benchmark: str | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
     """Evaluate, print and write the report; returns the report folder."""
     if tensorboard and not board_log.tensorboard_available():  # before any work: the flag cannot be honoured
         raise InputError(board_log.MISSING_MESSAGE)
     with tempfile.TemporaryDirectory(prefix="erl-evaluate-") as scratch:
-        champion = load_champion(target, Path(scratch))
+        champion = load_champion(target, Path(scratch), benchmark=benchmark)
     try:
         results = score_champion(champion.market, champion.config, champion.actor)
     except ValueError as error:
@@ -420,14 +442,18 @@ def run(target: str, *, out: str | None, tensorboard: bool, as_json: bool, log: 
     overfitting = diagnostics(champion, results)
     folder = Path(out).expanduser() if out else champion.default_out
     written = write_report(folder, champion, results, overfitting)
-    tables = "\n\n".join(table(results[name], cost_rate=champion.config.env.cost_rate) for name in RANGES)
+    labels = strategy_labels(champion.market)
+    tables = "\n\n".join(
+        table(results[name], cost_rate=champion.config.env.cost_rate, labels=labels) for name in RANGES
+    )
     if tensorboard:
         _tensorboard(folder, written, tables, step=int(champion.source.get("generation") or 0))
     if as_json:
         log(json.dumps(report_document(champion, results, overfitting), allow_nan=False))
     else:
         log(
-            f"{describe_champion(champion.source)}\n\n{tables}\n\n"
+            f"{describe_champion(champion.source)}\ntrading: {describe_conventions(conventions(champion.config))}\n\n"
+            f"{tables}\n\n"
             f"{overfitting['deflated_sharpe_reading']}\n{overfitting['pbo_reading']}\n{selection_reading(champion)}\n\n"
             f"report: {folder} ({', '.join(written)}{', tensorboard/' if tensorboard else ''})"
         )
@@ -444,6 +470,10 @@ def main(argv: Sequence[str]) -> int:
         ("--out", {"help": "report folder (default: <run>/evaluation/gen-NNNNNN, see the docs)"}),
         ("--json", {"action": "store_true", "help": "print the report as one JSON object"}),
         ("--tensorboard", {"action": "store_true", "help": "also write the figures as TensorBoard events"}),
+        (
+            "--benchmark",
+            {"help": "the benchmark: a total-return series (a date and a level per row); default: the run's"},
+        ),
     )
-    run(args.target, out=args.out, tensorboard=args.tensorboard, as_json=args.json)
+    run(args.target, out=args.out, tensorboard=args.tensorboard, as_json=args.json, benchmark=args.benchmark)
     return 0

@@ -6,9 +6,10 @@ must be intact). OUT_DIR must not exist or be empty; it receives:
 * ``actor.safetensors``: the champion's parameters, the ``champion.`` prefix removed and the population
   dimension (of size 1) squeezed: weights ``(in, out)``, biases ``(1, out)``.
 * ``actor.json``: everything needed to rebuild the actor and its observation pipeline (widths, tickers in order,
-  feature names and definitions, lookback, window layout, weights convention, cost rate, the normalisation
-  statistics of the training range, the warm-up, the champion's validation score, its generation, the source), and
-  its precision: float32, whatever the run trained with (``training_precision`` says what that was).
+  feature names and definitions, the user's columns among them, lookback, window layout, weights convention, the
+  execution delay it trades with, which assets it may hold, cost rate, the normalisation statistics of the training
+  range, the warm-up, the champion's validation score, its generation, the source), and its precision: float32,
+  whatever the run trained with (``training_precision`` says what that was).
 * ``README.md``: how to load and run it with plain PyTorch (a forward pass written with ``torch.nn.functional``).
 
 The normalisation statistics are not in the checkpoint: the market is rebuilt on the CPU from the data named in
@@ -30,8 +31,8 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from config import Config
-from environment.features import FEATURE_CLIP, FEATURE_DEFINITIONS, WARMUP_DAYS
+from config import Config, conventions
+from environment.features import FEATURE_CLIP, TRADABLE, WARMUP_DAYS
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
@@ -91,6 +92,7 @@ def actor_spec(
     if market.feature_mean is None or market.feature_std is None:
         raise ValueError("the market has no normalisation statistics")
     lookback, num_assets, num_features = config.env.lookback, market.num_assets, market.num_features
+    delay = config.env.execution_delay
     train, validation, holdout = market.splits.train, market.splits.validation, market.splits.holdout
 
     def span(days: range) -> list[str]:
@@ -112,7 +114,7 @@ def actor_spec(
         },
         "tickers": list(market.tickers),
         "feature_names": list(market.feature_names),
-        "feature_definitions": {name: FEATURE_DEFINITIONS.get(name, "") for name in market.feature_names},
+        "feature_definitions": dict(zip(market.feature_names, market.feature_definitions, strict=True)),
         "lookback": lookback,
         "warmup_days": WARMUP_DAYS,
         "observation": {
@@ -123,15 +125,35 @@ def actor_spec(
             },
             "weights": {
                 "shape": [num_assets + 1],
-                "layout": "current portfolio weights, cash first, then the tickers in order; non-negative, sum 1; "
-                "a new portfolio is all cash [1, 0, ..., 0]; after a day they are the targets drifted with prices",
+                "layout": "portfolio weights, cash first, then the tickers in order; non-negative, sum 1; a new "
+                "portfolio is all cash [1, 0, ..., 0]; "
+                + (
+                    "after a day they are the targets drifted with prices (the holdings at the close of t)"
+                    if delay == 0
+                    else "after a day they are the previous decision's target weights (the last order sent)"
+                ),
+            },
+            "tradable": {
+                "shape": [num_assets],
+                "layout": "1 where the asset has a price at the close of t, else 0: the actor puts no weight on "
+                "the others (their logits are -inf); all 1 when every asset trades every day",
             },
         },
         "action": {
             "shape": [num_assets + 1],
-            "meaning": "target weights, cash first: softmax of the actor's logits; hold them from the close of t "
-            "to the close of t + 1",
+            "meaning": "target weights, cash first: softmax of the actor's logits; "
+            + (
+                "they fill at the close of t and are held to the close of t + 1"
+                if delay == 0
+                else f"they fill at the close of t + {delay} (execution_delay trading days after the decision) and "
+                f"are held to the close of t + {delay + 1}; weight on an asset without a price at the fill stays "
+                "in cash"
+            ),
         },
+        "execution_delay": delay,
+        "universe": config.data.universe,
+        "tradable": TRADABLE in market.feature_names,
+        "cash": conventions(config)["cash"],
         "cost_rate": config.env.cost_rate,
         "normalisation": {
             "shape": [num_assets, num_features],
@@ -188,27 +210,32 @@ def mlp(params, prefix, x, final_relu=False):
     return x
 
 
-def actor_logits(params, windows, weights):
-    """windows (..., N, L*K) normalised features, weights (..., N+1) cash first -> logits (..., N+1)."""
+def actor_logits(params, windows, weights, tradable=None):
+    """windows (..., N, L*K) normalised features, weights (..., N+1) cash first, tradable (..., N) bool (None: every
+    asset has a price today) -> logits (..., N+1); an asset without a price gets -inf: no weight."""
     emb = mlp(params, "encoder.mlp.layers", windows, final_relu=True)  # (..., N, D), same encoder per asset
     context = emb.mean(dim=-2, keepdim=True)  # (..., 1, D)
     asset_in = torch.cat([emb, context.expand_as(emb), weights[..., 1:, None]], dim=-1)
     asset_logits = mlp(params, "asset_head.layers", asset_in)[..., 0]  # (..., N)
+    if tradable is not None:
+        asset_logits = asset_logits.masked_fill(~tradable, float("-inf"))
     cash_logit = mlp(params, "cash_head.layers", torch.cat([context[..., 0, :], weights[..., :1]], dim=-1))
     return torch.cat([cash_logit, asset_logits], dim=-1)  # (..., N+1)
 
 
-def target_weights(params, windows, weights):
+def target_weights(params, windows, weights, tradable=None):
     """The actor's action: target portfolio weights (..., N+1) on the simplex, cash first."""
-    return F.softmax(actor_logits(params, windows, weights), dim=-1)
+    return F.softmax(actor_logits(params, windows, weights, tradable), dim=-1)
 
 
 def normalise(raw, spec):
-    """Raw features (..., N, K) -> the normalised features the actor was trained on."""
+    """Raw features (..., N, K) -> the normalised features the actor was trained on; a missing raw value (NaN: an
+    asset without a price that day, or a value not known yet) becomes 0, the training mean. With a "tradable"
+    feature, its raw value (1 or 0) passes unchanged (its mean is 0 and its std 1)."""
     norm = spec["normalisation"]
     mean = torch.tensor(norm["mean"], dtype=raw.dtype)
     std = torch.tensor(norm["std"], dtype=raw.dtype)
-    return ((raw - mean) / std).clamp(-norm["clip"], norm["clip"])
+    return torch.nan_to_num(((raw - mean) / std).clamp(-norm["clip"], norm["clip"]), nan=0.0)
 
 
 def window(days):
@@ -220,10 +247,11 @@ def window(days):
 _USAGE_CODE = """\
 params, spec = load_actor("{folder}")  # this folder
 raw = ...  # (L, N, K) float32 raw features of the last L days, oldest first, tickers and features in spec order
+tradable = ...  # (N,) bool: which tickers have a price at today's close (None if all always do)
 weights = torch.zeros(len(spec["tickers"]) + 1)
 weights[0] = 1.0  # a new portfolio: all cash
 with torch.no_grad():
-    target = target_weights(params, window(normalise(raw, spec)), weights)  # (N+1,), cash first
+    target = target_weights(params, window(normalise(raw, spec)), weights, tradable)  # (N+1,), cash first
 """
 
 
@@ -242,6 +270,20 @@ def readme_text(spec: dict[str, Any], folder_name: str) -> str:
         if spec["champion_generation"] == 0
         else f"found in generation {spec['champion_generation']}"
     )
+    delay = spec["execution_delay"]
+    if delay == 0:
+        weights_text = "the portfolio's current weights (the last targets, drifted with prices)"
+        fill_text = (
+            "Training filled them at the close of `t` itself, which no one can trade (`execution_delay` 0: an "
+            "optimistic convention), and held them to the close of `t + 1`"
+        )
+    else:
+        weights_text = "the previous decision's target weights (the last order sent, as it filled)"
+        fill_text = (
+            f"Send them after the close of `t`: training filled them at the close of `t + {delay}` "
+            f"(`execution_delay` {delay}) and held them to the close of `t + {delay + 1}`; weight on an asset "
+            "without a price at the fill stayed in cash"
+        )
     return f"""# Exported ERL trader actor
 
 The champion of run `{source["run_name"]}` at generation {spec["generation"]} ({found}; validation score
@@ -262,10 +304,13 @@ At the close of day `t` the actor sees:
 * `windows`, shape `({num_assets}, {lookback * num_features})`: for each asset (in `tickers` order) the last
   {lookback} days (`lookback`) of its {num_features} features, oldest day first, flattened day-major: entry
   `d * {num_features} + k` is feature `k` of day `t - {lookback - 1} + d`;
-* `weights`, shape `({num_assets + 1},)`: the portfolio's current weights, **cash first**, then the assets in
-  `tickers` order; a new portfolio is all cash `[1, 0, ..., 0]`.
+* `weights`, shape `({num_assets + 1},)`: {weights_text}, **cash first**, then the assets in
+  `tickers` order; a new portfolio is all cash `[1, 0, ..., 0]`;
+* `tradable`, shape `({num_assets},)`: which assets have a price at the close of `t`; the actor puts no weight on the
+  others (`None` when every asset always has one).
 
-Raw features of day `t` use prices up to `t` only (`feature_names` order):
+Raw features of day `t` use what is known at the close of `t` only (`feature_names` order); a value dated `t` in a
+column of the data file counts as known at the close of `t`:
 
 {features}
 
@@ -278,8 +323,8 @@ with the statistics of the training range {spec["dates"]["train"][0]} to {spec["
 ## Action
 
 `target_weights` returns the target weights, shape `({num_assets + 1},)`, cash first (a softmax of the logits).
-Rebalance to them at the close of `t` and hold to the close of `t + 1`; training charged
-`cost_rate` = {spec["cost_rate"]} per unit of turnover (the sum of absolute weight changes over the assets).
+{fill_text}; training charged `cost_rate` = {spec["cost_rate"]} per unit of turnover (the sum of absolute weight
+changes over the assets).
 
 ## Running it with PyTorch
 

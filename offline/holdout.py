@@ -1,7 +1,8 @@
 """Out-of-sample evaluation: the champion against the obvious alternatives, on the same episodes and costs.
 
 A range (validation or holdout) is run as one episode, the way validation scores the champion during training:
-every strategy starts in cash on the decision day before the range's first day and trades every day of it.
+every strategy starts in cash on the decision day whose target earns the range's first day (``env.execution_delay``
+days before the day before it) and trades every day of it.
 Every strategy runs in one ``VectorPortfolioEnv`` (one agent slot each), so all of them see the same days, pay
 the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
 
@@ -10,10 +11,12 @@ the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
 * ``untrained``: the population's initial agents (the run's seed, before any training), the one that scores best on
   the validation range: what selection would have crowned with no learning at all. The difference to
   ``champion`` is what training bought.
-* ``equal_weight``: 1/N in every asset, rebalanced to it every day.
-* ``buy_and_hold``: 1/N in every asset on the first day, then left to drift.
-* ``cash``: never invests (zero return, zero risk: the floor).
-* ``index``: the data set's benchmark index (the bundled data has the S&P 500), held without costs.
+* ``equal_weight``: 1/N in every tradable asset, rebalanced to it every day.
+* ``buy_and_hold``: 1/N in every tradable asset on the first day, then left to drift (a delisted holding goes to
+  cash).
+* ``cash``: never invests (it earns the cash rate, ``env.cash_rate`` or ``data.risk_free``: the floor).
+* ``index``: the data set's benchmark (``data.benchmark``; the bundled data has the S&P 500 price index, without
+  dividends), held without costs.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from config import Config
 from environment.kernel import cash_weights, equal_weights
-from environment.market import Market
+from environment.market import Market, first_decision
 from environment.observation import window_size
 from environment.vector_env import VectorPortfolioEnv
 from models.networks import Actor
@@ -63,6 +66,8 @@ class RangeResult:
     """The first decision day (the episode starts in cash at its close)."""
     traces: dict[str, Trace]
     metrics: dict[str, RiskMetrics]
+    cash_returns: np.ndarray | None = None
+    """(D,) daily log return of cash, which Sharpe and Sortino are measured over; None when cash earns nothing."""
 
 
 def untrained_actor(config: Config, window_size: int, device: torch.device) -> Actor:
@@ -81,15 +86,16 @@ def run_range(
     name: str,
     lookback: int,
     cost_rate: float,
+    execution_delay: int,
 ) -> RangeResult:
     """Every actor (one agent each) and every rule on the days of ``days``, as one episode from cash.
 
     Raises:
         ValueError: ``days`` is empty or its first decision would lack a full lookback window.
     """
-    if len(days) == 0 or days.start - 1 < lookback - 1:
+    if len(days) == 0 or first_decision(days, execution_delay) < lookback - 1:
         raise ValueError(f"the {name} range has no day that a full lookback window of {lookback} days can trade")
-    starts = [days.start - 1]
+    starts = [first_decision(days, execution_delay)]
     episode_days = len(days)
     strategies = [*actors, *RULE_STRATEGIES]
     slots = {strategy: i for i, strategy in enumerate(strategies)}
@@ -101,6 +107,7 @@ def run_range(
         episode_days=episode_days,
         lookback=lookback,
         cost_rate=cost_rate,
+        execution_delay=execution_delay,
     )
     device = market.device
     equal = equal_weights((len(starts),), n, device=device)
@@ -114,8 +121,9 @@ def run_range(
         for strategy, actor in actors.items():
             i = slots[strategy]
             actions[i] = actor(obs._replace(weights=obs.weights[i : i + 1]))[0]
-        actions[slots["equal_weight"]] = equal
-        actions[slots["buy_and_hold"]] = equal if step == 0 else obs.weights[slots["buy_and_hold"]]
+        actions[slots["equal_weight"]] = env.equal_weight(out=equal)
+        held_on = env.weights_before_fill()[slots["buy_and_hold"]]  # holding them trades nothing
+        actions[slots["buy_and_hold"]] = equal if step == 0 else held_on
         actions[slots["cash"]] = cash
         held[:, :, step] = actions
         _, obs = env.step(actions)
@@ -127,13 +135,17 @@ def run_range(
     traces = {
         strategy: Trace(rewards[i], turnover[i], cost_rate * turnover[i], weights[i]) for strategy, i in slots.items()
     }
-    earned = [start + 1 + k for start in starts for k in range(episode_days)]
+    earned = [start + execution_delay + 1 + k for start in starts for k in range(episode_days)]
+    earned_days = torch.tensor(earned, device=device)
     if market.benchmark is not None:
-        index_returns = torch.log(market.benchmark[torch.tensor(earned, device=device)]).double().cpu().numpy()
+        index_returns = torch.log(market.benchmark[earned_days]).double().cpu().numpy()
         zeros = np.zeros_like(index_returns)
         traces[INDEX] = Trace(index_returns, zeros, zeros, None)
+    cash_returns = None
+    if market.cash_relatives is not None:
+        cash_returns = torch.log(market.cash_relatives[earned_days]).double().cpu().numpy()
     metrics = {
-        strategy: risk_metrics(trace.log_returns, turnover=trace.turnover, costs=trace.costs)
+        strategy: risk_metrics(trace.log_returns, turnover=trace.turnover, costs=trace.costs, risk_free=cash_returns)
         for strategy, trace in traces.items()
     }
     return RangeResult(
@@ -142,13 +154,14 @@ def run_range(
         episode_starts=[market.dates[start] for start in starts],
         traces=traces,
         metrics=metrics,
+        cash_returns=cash_returns,
     )
 
 
 def score_champion(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
     env = config.env
-    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate}
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
     size = window_size(env.lookback, market.num_features)
     population = untrained_actor(config, size, market.device)
     # The untrained agent is chosen the way the champion is: by its validation score.

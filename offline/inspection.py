@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from config import Config, conventions, describe_conventions
 from offline.plots import plot_history
 from offline.stored import TARGET_HELP, Located, locate
 from persistence import checkpoint, run_folder
@@ -44,7 +45,7 @@ from persistence.generation_contents import POPULATION, upgraded
 from persistence.jsonl import finite_or_null
 from training.records import selection_verdict
 from utils.cli import parse_command
-from utils.errors import CheckpointError, InputError
+from utils.errors import CheckpointError, ConfigError, InputError
 from utils.telemetry import format_bytes
 
 EXIT_OK = 0
@@ -156,6 +157,14 @@ def _section(config: dict[str, Any] | None, name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
+def _conventions(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How the run traded (``config.conventions``): a config of an earlier version as it ran; None if unreadable."""
+    try:
+        return None if config is None else conventions(Config.from_dict(config))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -249,6 +258,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
         ],
         "files": files,
         "config": config,
+        "conventions": _conventions(config),
         "plot": None,
     }
     if located.in_bucket or str(target).startswith("gs://"):  # name the bucket, not the temporary mirror
@@ -356,6 +366,8 @@ def format_report(report: dict[str, Any]) -> str:
         ("device", sections["runtime"].get("device")),
     ]
     lines.append(_line("config", ", ".join(f"{k} {'n/a' if v is None else v}" for k, v in settings)))
+    trading = report["conventions"]
+    lines.append(_line("trading", "n/a (no readable config)" if trading is None else describe_conventions(trading)))
 
     lines.append("")
     lines.append("history")

@@ -2,7 +2,8 @@
 
 The trainer's rewards are daily log returns ``r_t = log(V_t / V_{t-1})``, net of costs. Figures about growth use them
 directly (log returns add over days); figures about day-to-day risk use the simple returns ``exp(r_t) - 1``, the
-convention of the usual Sharpe and Sortino ratios. The risk-free rate is taken as 0: cash earns nothing here.
+convention of the usual Sharpe and Sortino ratios, measured over what cash earned on the same days (``risk_free``;
+0 when cash earns nothing).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ class RiskMetrics:
     annualised_volatility: float
     """``std(simple, ddof=1) * sqrt(N)``; NaN for a single day."""
     sharpe: float
-    """``mean(simple) / std(simple, ddof=1) * sqrt(N)``; NaN if all days are equal (zero spread) or D < 2."""
+    """``mean(excess) / std(excess, ddof=1) * sqrt(N)`` with ``excess = simple - cash's simple return`` (``simple`` at
+    a zero rate); NaN if all days are equal (zero spread) or D < 2."""
     sortino: float
-    """``mean(simple) / sqrt(mean(min(simple, 0) ** 2)) * sqrt(N)``, the mean over all days; NaN if no day lost."""
+    """``mean(excess) / sqrt(mean(min(excess, 0) ** 2)) * sqrt(N)``, the mean over all days; NaN if no day lost."""
     max_drawdown: float
     """The largest fall of the equity curve from its running peak, ``max(1 - equity / running_max)``, in [0, 1)."""
     max_drawdown_days: int
@@ -90,6 +92,14 @@ def drawdown_curve(equity: ArrayLike) -> np.ndarray:
     return 1.0 - values / np.maximum.accumulate(values)
 
 
+def _spread(values: np.ndarray) -> float:
+    """The sample standard deviation; NaN for one value, and 0 exactly when all are equal (tested as such, not as
+    std == 0: the float std of equal values can be 1e-18)."""
+    if values.shape[0] < 2:
+        return math.nan
+    return 0.0 if float(np.ptp(values)) == 0.0 else float(values.std(ddof=1))
+
+
 def _longest_underwater(drawdown: np.ndarray) -> int:
     longest = current = 0
     for underwater in drawdown > 0:
@@ -103,6 +113,7 @@ def risk_metrics(
     *,
     turnover: ArrayLike | None = None,
     costs: ArrayLike | None = None,
+    risk_free: ArrayLike | None = None,
     periods_per_year: int = TRADING_DAYS,
 ) -> RiskMetrics:
     """The risk figures of one series of daily log returns (see ``RiskMetrics`` for each definition).
@@ -111,6 +122,7 @@ def risk_metrics(
         log_returns: (D,) daily log returns of the portfolio, net of costs.
         turnover: (D,) daily turnover (``sum_i |target_i - weights_i|``), or None.
         costs: (D,) daily costs as a fraction of the portfolio's value before that day's trade, or None.
+        risk_free: (D,) daily log returns of cash, which Sharpe and Sortino are measured over; None for a zero rate.
         periods_per_year: Days in a year, for the annualised figures.
 
     Raises:
@@ -122,23 +134,22 @@ def risk_metrics(
     if periods_per_year <= 0:
         raise ValueError(f"periods_per_year must be positive, got {periods_per_year}")
     extra: dict[str, np.ndarray] = {}
-    for name, values in (("turnover", turnover), ("costs", costs)):
+    for name, values in (("turnover", turnover), ("costs", costs), ("risk_free", risk_free)):
         if values is None:
             continue
         array = _series(values, name, min_length=1)
         if array.shape[0] != days:
             raise ValueError(f"{name} needs one value per day: {array.shape[0]} values for {days} log returns")
-        if (array < 0).any():
+        if name != "risk_free" and (array < 0).any():
             raise ValueError(f"{name} must not be negative")
         extra[name] = array
     year = float(periods_per_year)
 
     simple = np.expm1(r)  # (D,)
-    mean = float(simple.mean())
-    # Zero spread is tested exactly (all days equal), not as std == 0: the float std of equal values can be 1e-18.
-    flat = days >= 2 and float(np.ptp(simple)) == 0.0
-    std = math.nan if days < 2 else 0.0 if flat else float(simple.std(ddof=1))
-    downside = math.sqrt(float(np.mean(np.minimum(simple, 0.0) ** 2)))
+    excess = simple - np.expm1(extra["risk_free"]) if "risk_free" in extra else simple  # over what cash earned
+    volatility = _spread(simple)
+    mean, std = float(excess.mean()), _spread(excess)
+    downside = math.sqrt(float(np.mean(np.minimum(excess, 0.0) ** 2)))
 
     log_equity = np.concatenate(([0.0], np.cumsum(r)))  # (D + 1,)
     # drawdown_curve's figure, in log space so that an equity that underflows to 0 still has a drawdown.
@@ -153,7 +164,7 @@ def risk_metrics(
         days=days,
         total_return=total_return,
         annualised_return=annualised_return,
-        annualised_volatility=std * math.sqrt(year),
+        annualised_volatility=volatility * math.sqrt(year),
         sharpe=mean / std * math.sqrt(year) if std > 0.0 else math.nan,
         sortino=math.nan if downside == 0.0 else mean / downside * math.sqrt(year),
         max_drawdown=max_drawdown,

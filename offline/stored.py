@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from config import Config
+from config import Config, override
 from environment.market import Market
 from persistence import checkpoint, run_folder
 from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, read_state, state_problem
@@ -24,11 +24,12 @@ from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 
 ACTOR_FORMAT = "erl-trader-actor"
-ACTOR_FORMAT_VERSION = 3
+ACTOR_FORMAT_VERSION = 4
 """2 added ``precision`` and ``training_precision`` (a version 1 file lacks them and is float32 all the same); 3 names
 the champion's validation score ``champion_score``, as the checkpoint does (``validation_score`` before), and adds
-its ``champion_bound``."""
-ACTOR_FORMAT_VERSIONS = (1, 2, 3)
+its ``champion_bound``; 4 adds ``execution_delay``, ``universe``, ``cash`` and ``tradable`` (how the actor traded and
+what it may put weight on; a version 3 file traded at delay 0, every asset every day, cash at 0)."""
+ACTOR_FORMAT_VERSIONS = (1, 2, 3, 4)
 """The versions ``evaluate`` reads."""
 PRECISION = "float32"
 """The arithmetic an exported or evaluated champion runs in."""
@@ -233,12 +234,17 @@ def run_config(document: Any, where: str) -> Config:
         raise CheckpointError(f"{where}: its config is not valid: {error}") from None
 
 
-def read_generation(located: Located, *, refusal: str) -> tuple[dict[str, Any], Config, Market]:
+def read_generation(
+    located: Located, *, refusal: str, benchmark: str | None = None
+) -> tuple[dict[str, Any], Config, Market]:
     """The state document, config and rebuilt market of a located generation; a damaged one is refused with
-    ``refusal`` (``"cannot export from"``) and its first problem."""
+    ``refusal`` (``"cannot export from"``) and its first problem. ``benchmark``: a total-return file to report against
+    instead of the run's benchmark (``data.benchmark``), which the market's fingerprint does not hold."""
     gen = located.gen
     if located.problems:
         raise CheckpointError(f"{refusal} a damaged generation: {located.problems[0]}")
     state = read_state(gen)  # checked (``locate`` found it sound), as this version names its keys
     config = run_config(state.get("config"), str(gen.path / "state.json"))
+    if benchmark:
+        config = override(config, {"data.benchmark": benchmark})
     return state, config, rebuild_market(config, fingerprint=state.get("market_fingerprint"), where=str(gen.path))

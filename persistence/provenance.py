@@ -51,9 +51,12 @@ def device_change_note(written: dict[str, Any] | None, current: dict[str, str]) 
 
 
 def market_fingerprint(market: Market) -> str:
-    """SHA-256 of everything the trainer reads from the market: a resumed run must see the same data."""
+    """SHA-256 of everything the trainer reads from the market: a resumed run must see the same data. (The days each
+    asset trades and what cash earns count where they say something: a market where all trade every day and cash
+    earns nothing has the fingerprint it had before either existed. The benchmark is the reports' alone.)"""
     digest = hashlib.sha256()
-    for tensor in (market.features, market.relatives):
+    tensors = (market.features, market.relatives, market.tradable, market.cash_relatives)
+    for tensor in (t for t in tensors if t is not None):
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     digest.update("\n".join(market.tickers + market.dates + market.feature_names).encode())
     digest.update(repr(market.splits).encode())

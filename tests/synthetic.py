@@ -78,10 +78,11 @@ def replay_batch(
     dtype: torch.dtype = torch.float32,
     terminated: float = 0.0,
     truncated: float = 0.0,
+    execution_delay: int = 0,
 ):
     """A replay batch built by hand, (agents, size) transitions of ``assets`` assets and windows of ``window`` values:
-    random windows, weights on the simplex, small rewards and price relatives near 1; every transition's end flags
-    as given."""
+    random windows, weights on the simplex, small rewards and price relatives near 1 (the fill day's too, with an
+    ``execution_delay``); every transition's end flags as given."""
     from environment.observation import Observation
     from models.replay import ReplayBatch
 
@@ -94,6 +95,9 @@ def replay_batch(
     next_windows = torch.randn(*shape, assets, window, generator=g)
     next_weights = random_simplex(*shape, assets + 1, generator=g)
     next_relatives = torch.cat([torch.ones(*shape, 1), 1 + 0.02 * torch.randn(*shape, assets, generator=g)], dim=-1)
+    fill_relatives = None
+    if execution_delay:
+        fill_relatives = torch.cat([torch.ones(*shape, 1), 1 + 0.02 * torch.randn(*shape, assets, generator=g)], -1)
     return ReplayBatch(
         obs=Observation(windows.to(dtype), weights.to(dtype)),
         actions=actions.to(dtype),
@@ -102,6 +106,7 @@ def replay_batch(
         terminated=torch.full(shape, terminated, dtype=dtype),
         truncated=torch.full(shape, truncated, dtype=dtype),
         next_relatives=next_relatives.to(dtype),
+        fill_relatives=None if fill_relatives is None else fill_relatives.to(dtype),
     )
 
 

@@ -1,10 +1,11 @@
 import dataclasses
 import json
+import re
 
 import pytest
 
 import config
-from config import Config, coerce_setting, override, parse_assignments, preset
+from config import Config, coerce_setting, conventions, describe_conventions, override, parse_assignments, preset
 from utils.errors import ConfigError
 
 
@@ -129,3 +130,42 @@ def test_a_config_naming_a_removed_key_still_loads_and_the_key_is_refused_with_w
     ):
         with pytest.raises(ConfigError, match=r"runtime.compile was removed: .*crashed on a GPU"):
             set_it()
+
+
+def test_a_config_written_before_fills_could_wait_loads_as_it_ran():
+    """Earlier versions filled at the close a decision observed and kept only the dates all tickers share: their
+    config documents lack the keys, and load with what those versions did, so that they resume as they ran."""
+    written = Config().to_dict()
+    del written["env"]["execution_delay"], written["data"]["universe"]
+    loaded = Config.from_dict(written)
+    assert loaded.env.execution_delay == 0 and loaded.data.universe == "common"
+    assert Config().env.execution_delay == 1 and Config().data.universe == "point_in_time"  # new runs
+    assert Config.from_dict(Config().to_dict()) == Config()  # a present key is read as written
+
+
+def test_the_trading_settings_are_checked_in_one_line():
+    for key, value, phrase in (
+        ("env.execution_delay", "-1", "must be in [0, 20]"),
+        ("env.cash_rate", "5", "0.05 is 5%"),
+        ("data.universe", "survivors", "one of point_in_time|common"),
+        ("data.features", "volume,volume", "names volume more than once"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(phrase)):
+            override(Config(), {key: value})
+    with pytest.raises(ConfigError, match=r"data\.risk_free and env\.cash_rate both set what cash earns"):
+        override(Config(), {"data.risk_free": "rates.csv", "env.cash_rate": "0.02"})
+
+
+def test_the_conventions_a_run_states():
+    config = override(Config(), {"env.execution_delay": "0", "env.cash_rate": "0.03", "data.features": "builtin,vol"})
+    stated = conventions(config)
+    assert stated == {
+        "execution_delay": 0,
+        "universe": "point_in_time",
+        "features": ["builtin", "vol"],
+        "cash": 0.03,
+        "benchmark": "bundled",
+    }
+    line = describe_conventions(stated)
+    assert "at the close it observed" in line and "optimistic" in line and "cash earns 3%/y" in line
+    assert "fills 1 trading day after the decision" in describe_conventions(conventions(Config()))

@@ -45,7 +45,9 @@ class TrainingStarts(NamedTuple):
     """Starts of the fitness episodes: noise-free episodes whose returns make the fitness."""
 
 
-def split_training_days(train: range, *, lookback: int, episode_days: int, every: int) -> TrainingStarts:
+def split_training_days(
+    train: range, *, lookback: int, episode_days: int, every: int, execution_delay: int
+) -> TrainingStarts:
     """Start days of the learning episodes and of the fitness episodes on the training range.
 
     With ``every`` > 0 the training range is cut into blocks of ``episode_days`` days and every ``every``-th block
@@ -54,14 +56,14 @@ def split_training_days(train: range, *, lookback: int, episode_days: int, every
     agent that memorises its training days is not rewarded for it. ``every`` = 0: both are every start day.
 
     """
-    starts = episode_starts(train, lookback=lookback, episode_days=episode_days)
+    starts = episode_starts(train, lookback=lookback, episode_days=episode_days, execution_delay=execution_delay)
     every_start = torch.arange(starts.start, starts.stop)
     if every == 0:
         return TrainingStarts(every_start, every_start)
     fitness_decisions = torch.zeros(train.stop + 1, dtype=torch.bool)  # by day
     fitness_starts = []
     for first in range(train.start + (every - 1) * episode_days, train.stop - episode_days + 1, every * episode_days):
-        start = first - 1  # decides at the close before the block, earns the block's days
+        start = first - 1 - execution_delay  # its first target earns the block's first day
         if start in starts:
             fitness_starts.append(start)
             fitness_decisions[start : start + episode_days] = True
@@ -89,6 +91,7 @@ def training_starts(config: Config, market: Market) -> TrainingStarts:
             market.splits.train,
             lookback=config.env.lookback,
             episode_days=config.env.episode_days,
+            execution_delay=config.env.execution_delay,
             every=rollout.fitness_block_every if rollout.splits_fitness_days else 0,
         )
     except ValueError as error:

@@ -79,10 +79,11 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     buffer = ReplayBuffer(
         settings.buffer_size,
         market.num_assets,
-        WindowGatherer(market.features, config.env.lookback),  # windows rebuilt at sample time
-        market.relatives,
+        WindowGatherer(market.features, config.env.lookback, market.tradable),  # windows rebuilt at sample time
+        market,
         sample_shape=(popsize, settings.batch_size),
         device=device,
+        execution_delay=config.env.execution_delay,
         share=sharding.share,
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives

@@ -23,7 +23,7 @@ import torch
 
 from config import Config, ModelConfig
 from environment.kernel import equal_weights
-from environment.market import Market
+from environment.market import Market, first_decision
 from environment.observation import window_size
 from environment.vector_env import Step, VectorPortfolioEnv
 from models.networks import Actor, ActorFeatures
@@ -68,12 +68,14 @@ def block_features(actor: Actor, env: VectorPortfolioEnv, windows: torch.Tensor,
     tensor (P, E, days, ...); ``windows``: a buffer from ``env.gatherer.empty(E, at least days)``."""
     features = actor.features(env.observe_block(days, out=windows))  # (P, E * days, ...): every agent sees the days
     shape = (env.num_episodes, days)
-    return ActorFeatures(features.assets.unflatten(1, shape), features.cash.unflatten(1, shape))
+    tradable = None if features.tradable is None else features.tradable.unflatten(1, shape)
+    return ActorFeatures(features.assets.unflatten(1, shape), features.cash.unflatten(1, shape), tradable)
 
 
 def on_day(features: ActorFeatures, day: int) -> ActorFeatures:
     """The features of one day of a block: each tensor (P, E, ...)."""
-    return ActorFeatures(features.assets[:, :, day], features.cash[:, :, day])
+    tradable = None if features.tradable is None else features.tradable[:, :, day]
+    return ActorFeatures(features.assets[:, :, day], features.cash[:, :, day], tradable)
 
 
 def exploration_scale(population: Population, exploring: torch.Tensor) -> torch.Tensor:
@@ -127,14 +129,16 @@ def validate_range(
     acting: Actor, env: VectorPortfolioEnv, windows: torch.Tensor, actions: torch.Tensor, *, blocks: list[int]
 ) -> None:
     """Every day of the validation episode ``env`` was reset to, in ``blocks`` of days, on the device alone: the
-    deterministic policies of ``acting``'s rows (the agents held here, then the champion) and the fixed actions of
-    ``actions``' last row (equal weight); ``actions`` (P + 2, 1, N + 1) is where the day's actions are written."""
+    deterministic policies of ``acting``'s rows (the agents held here, then the champion) and equal weight over the
+    day's tradable assets in ``actions``' last row; ``actions`` (P + 2, E, N + 1) is where the day's actions are
+    written."""
     rows = acting.popsize
     for days in blocks:
         features = block_features(acting, env, windows, days)
         for day in range(days):
             logits = acting.decide(on_day(features, day), env.weights[:rows])  # (P + 1, E, N + 1)
             torch.softmax(logits, dim=-1, out=actions[:rows])
+            env.equal_weight(out=actions[rows])  # (E, N + 1), equal weight over the day's tradable assets
             env.apply(actions)
 
 
@@ -206,6 +210,7 @@ class Rollouts:
             episode_days=config.env.episode_days,
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
+            execution_delay=config.env.execution_delay,
         )
         # Learning episodes fill the replay buffer; fitness episodes trade days it never holds (training.fitness).
         self.episode_starts = training_starts(config, market)
@@ -280,7 +285,8 @@ class Validation:
         self.population = population
         validation = market.splits.validation
         agents = sharding.share.agents
-        starts = [validation.start - 1] if starts is None else starts  # decides at the close before its first day
+        # The first decision's target earns the range's first day.
+        starts = [first_decision(validation, config.env.execution_delay)] if starts is None else starts
         days = len(validation) if days is None else days
         self.starts = torch.tensor(starts, device=market.device)  # (E,)
         self.env = VectorPortfolioEnv(
@@ -290,6 +296,7 @@ class Validation:
             episode_days=days,
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
+            execution_delay=config.env.execution_delay,
         )
         size = window_size(config.env.lookback, market.num_features)
         self.acting = Actor(agents + 1, size, config.model).to(market.device).requires_grad_(False)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from config import Config
+from config import Config, conventions, describe_conventions
 from environment.market import Market
 from persistence.provenance import describe_device, device_change_note
 from persistence.run_folder import opening
@@ -125,8 +125,14 @@ def _begin(opened: opening.Opened, *, log: Callable[[str], None], should_stop: C
     run = _run(opened, market, sharding, log=log, should_stop=should_stop)
     storage, name = opened.storage, opened.config.checkpoint.run_name
     where = f"{opened.run_dir} (uploading to {storage.uri}/{name})" if storage else str(opened.run_dir)
-    log(f"run {where} | {market.num_assets} assets x {market.num_days} days | device {_describe(device, ranks)}")
+    log(f"run {where} | {coverage(market)} | device {_describe(device, ranks)}")
+    log(f"trading: {describe_conventions(conventions(opened.config))}")
     return run
+
+
+def coverage(market: Market) -> str:
+    """The universe a run trades: its assets, days and the share of asset-days on which an asset has a price."""
+    return f"{market.num_assets} assets x {market.num_days} days, {market.tradable_share:.1%} of asset-days tradable"
 
 
 def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:
@@ -177,7 +183,9 @@ def resume_run(
     trainer = run.trainer
     with opened.offering_earlier() if ranks.is_leader else contextlib.nullcontext():
         trainer.load_state_(trainer.checkpoints.restore(opened.files, gated=trainer.gate is not None))
-    log(f"resumed {opened.run_dir} at generation {trainer.generation} | device {_describe(device, ranks)}")
+    described = _describe(device, ranks)
+    log(f"resumed {opened.run_dir} at generation {trainer.generation} | {coverage(market)} | device {described}")
+    log(f"trading: {describe_conventions(conventions(opened.config))}")
     note = device_change_note(trainer.checkpoints.restored_device, describe_device(device))
     if note is not None:
         log(note)

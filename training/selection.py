@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from config import ChooseBy
+from environment.market import TRADING_DAYS
 
-TRADING_DAYS = 252
 _CHUNK_ELEMENTS = 1 << 22
 """Resampled values held at once while the gate computes its bootstrap statistics (32 MB of float64)."""
 

@@ -189,14 +189,22 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
         terminated=empty(),
         truncated=empty(),
         next_relatives=empty(n1),
+        fill_relatives=empty(n1) if config.env.execution_delay else None,
     )
     with PeakBytes() as peak:
         learner.update(batch)
     return peak.peak
 
 
+
 def working_bytes(
-    config: Config, *, num_assets: int, num_features: int, processes: int = 1, device: torch.device | str = "cpu"
+    config: Config,
+    *,
+    num_assets: int,
+    num_features: int,
+    processes: int = 1,
+    device: torch.device | str = "cpu",
+    tradable_mask: bool = False,
 ) -> dict[str, int]:
     """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key) on a
     ``device`` of that type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``). Random draws are
@@ -240,12 +248,16 @@ def working_bytes(
             FLOAT_BYTES * (agents + 3 * actors) * actor + evolution,
         )
 
-    # The batch's gathered vectors (weights, actions, next weights, the day's relatives with and without cash),
-    # rewards and flags, the days and positions (drawn for all P), the smoothing noise (drawn for all P, TD3); then
+    # The batch's gathered vectors (weights, actions, next weights, the day's relatives with and without cash, and with
+    # a delay the fill day's too), rewards and flags, the days and positions (drawn for all P), the smoothing noise
+    # (drawn for all P, TD3), the days' tradable assets (bytes, where some do not trade every day); then
     # what the update allocates at once (measured: the targets' forward, the graphs saved for backward with the
     # gradients in flight, an Adam step's temporaries).
     pairs = agents * settings.batch_size
-    batch = FLOAT_BYTES * pairs * (4 * n1 + num_assets + 3) + INDEX_BYTES * (2 * pairs + popsize * settings.batch_size)
+    vectors = 4 * n1 + num_assets + 3 + (n1 + num_assets if config.env.execution_delay else 0)
+    batch = FLOAT_BYTES * pairs * vectors + INDEX_BYTES * (2 * pairs + popsize * settings.batch_size)
+    if tradable_mask:
+        batch += 3 * pairs * num_assets
     if settings.algorithm == "td3" and settings.gamma > 0:
         batch += FLOAT_BYTES * n1 * settings.batch_size * (popsize + agents)
     measured = update_working_bytes(config, agents=agents, num_assets=num_assets, window=window)
@@ -269,10 +281,11 @@ def process_bytes(
     num_features: int,
     processes: int = 1,
     device: torch.device | str = "cpu",
+    tradable_mask: bool = False,
 ) -> dict[str, int]:
     """Bytes one of ``processes`` needs on its training ``device``, by item (each named by the keys that size it):
     what it allocates once, its slots of the population (P / W, ``runtime.sharding``) and the whole buffer, and the
-    working memory of its largest phase."""
+    working memory of its largest phase (``tradable_mask``: the market's assets do not all trade every day)."""
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
     agents = popsize // processes
     n1 = num_assets + 1
@@ -299,7 +312,14 @@ def process_bytes(
         needs[OBSERVATION_NOISE] = popsize * batch * num_assets * window * FLOAT_BYTES
     if processes > 1:  # this process's transitions of a step and every process's (training.rollout.SharedSteps)
         needs[EXCHANGE] = (agents + popsize) * episodes * (3 * n1 + 1) * FLOAT_BYTES
-    phases = working_bytes(config, num_assets=num_assets, num_features=num_features, processes=processes, device=device)
+    phases = working_bytes(
+        config,
+        num_assets=num_assets,
+        num_features=num_features,
+        processes=processes,
+        device=device,
+        tradable_mask=tradable_mask,
+    )
     largest = max(phases, key=phases.__getitem__)
     needs[PHASES[largest]] = phases[largest]
     if torch.device(device).type == "cuda":
@@ -360,7 +380,7 @@ def check_memory(config: Config, market: Market, *, processes: int = 1) -> None:
     """A one-line ConfigError when one of ``processes`` cannot fit in the memory of the market's device, or the
     checkpoint's host copies in the host's (on the CPU, one memory holds both)."""
     sizes = {"num_assets": market.num_assets, "num_features": market.num_features, "processes": processes}
-    needs = process_bytes(config, **sizes, device=market.device)
+    needs = process_bytes(config, **sizes, device=market.device, tradable_mask=market.tradable is not None)
     host = host_bytes(config, **sizes, pinned=market.device.type == "cuda")
     if market.device.type == "cpu":
         needs.update(host)

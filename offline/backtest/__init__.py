@@ -2,10 +2,10 @@
 
 For each of K test years (by default the last K calendar years of the data) and each seed, a fresh run trains on
 everything before that year: its training range, then its own validation range (which chooses the champion), then a
-gap of ``env.lookback`` days that nothing trades, so the first test decision's observation window holds no day that
-training or validation earned. The test year is the run's holdout. The champion is then scored on the test year with
-the baselines of ``python main.py evaluate`` (equal weight rebalanced daily and held, the untrained population of
-the same seed, the index, cash), one episode from cash with the same costs.
+gap of ``env.lookback + env.execution_delay`` days that nothing trades, so the first test decision's observation
+window holds no day that training or validation earned. The test year is the run's holdout. The champion is then
+scored on the test year with the baselines of ``python main.py evaluate`` (equal weight rebalanced daily and held,
+the untrained population of the same seed, the index, cash), one episode from cash with the same costs.
 
 Every fold is an ordinary run folder ``NAME/fold-YEAR-seed-S`` (checkpointed every generation and resumable); its
 scores go to ``NAME/folds/fold-YEAR-seed-S.json`` once it is done. Running the same command again continues a

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config import Config, add_run_flags, flag_settings, override
+from config import Config, add_run_flags, conventions, flag_settings, override
 from offline.backtest import spread
 from offline.backtest.placement import (
     FOLD_THREADS,
@@ -165,6 +165,7 @@ def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
     from config import preset
     from runtime.sharding import Ranks
+    from training.setup import benchmark_label
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
 
@@ -256,12 +257,14 @@ def main(argv: Sequence[str]) -> int:
         return 0
     # Results as they read back from their files, whichever process or run gave them: the same summary bytes.
     ordered = [json.loads(json.dumps(results[fold.name], allow_nan=False)) for fold in folds]
-    summary = summarise(ordered)
-    written = write_outputs(folder, summary, ordered)
+    summary = summarise(ordered, trading=conventions(config))
+    label = benchmark_label(config)
+    written = write_outputs(folder, summary, ordered, benchmark=label)
     if args.json:
         print(json.dumps(summary, allow_nan=False))
     else:
-        print(f"backtest {folder}: {len(folds)} folds\n\n{table(summary)}\n\nreport: {folder} ({', '.join(written)})")
+        summary_table = table(summary, benchmark=label)
+        print(f"backtest {folder}: {len(folds)} folds\n\n{summary_table}\n\nreport: {folder} ({', '.join(written)})")
     return 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from config import Config, dotted, override, with_current_sections
+from config import Config, dotted, override, with_current_sections, with_earlier_defaults
 from persistence.provenance import market_fingerprint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
 from training.fitness import training_starts
@@ -79,7 +79,9 @@ def plan_folds(
             {
                 "data.end": table.dates[in_year[-1]].strftime("%Y-%m-%d"),
                 "data.holdout_days": len(in_year),
-                "data.gap_days": config.env.lookback,
+                # the first test decision's window (env.execution_delay days before the year's eve) holds no day that
+                # training or validation earned
+                "data.gap_days": config.env.lookback + config.env.execution_delay,
             },
         )
         try:
@@ -116,10 +118,17 @@ def plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
         before, now = _folds_text(saved.get("folds")), _folds_text(plan["folds"])
         return f"the test years and seeds ({before} in plan.json, now {now})"
     old, new = (
-        {k: v for k, v in dotted(with_current_sections(d["config"])).items() if k not in HOW_IT_RUNS}
+        {
+            k: v
+            for k, v in dotted(with_earlier_defaults(with_current_sections(d["config"]))).items()
+            if k not in HOW_IT_RUNS
+        }
         for d in (saved, plan)
     )
+    defaults = dotted(Config().to_dict())
     for key in sorted(old.keys() | new.keys()):
+        if key not in old and key in defaults and new.get(key) == defaults[key]:
+            continue  # a key added since plan.json was written, at the value that means what that version did
         if old.get(key, ...) != new.get(key, ...):
             before, now = (repr(d[key]) if key in d else "not set" for d in (old, new))
             return f"{key} ({before} in plan.json, now {now})"

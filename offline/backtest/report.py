@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from config import describe_conventions
 from offline.backtest.results import STRATEGIES
 from offline.holdout import INDEX
 from persistence import checkpoint
@@ -18,8 +19,9 @@ OUTPUTS = ("summary.json", "summary.csv", "backtest.png")
 """The report's files in the backtest's folder."""
 
 
-def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The headline figures over every fold and seed (see the module docstring).
+def summarise(results: list[dict[str, Any]], *, trading: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The headline figures over every fold and seed (see the module docstring); ``trading``: the conventions the
+    folds traded by (``config.conventions``), stated with them.
 
     Raises:
         ValueError: two results of one fold (year and seed), which would count it twice.
@@ -60,6 +62,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         return [row[key] for row in rows if row[key] is not None]
 
     return {
+        "conventions": trading,
         "folds": rows,
         "mean_sharpe": {s: mean_of(s) for s in STRATEGIES},
         "sharpe_difference_mean": statistics.fmean(diffs) if diffs else None,
@@ -85,11 +88,14 @@ def _percent(value: float | None) -> float | None:
     return None if value is None else value * 100
 
 
-def table(summary: dict[str, Any]) -> str:
-    """The per-fold table and the summary lines."""
+def table(summary: dict[str, Any], *, benchmark: str | None = None) -> str:
+    """The per-fold table and the summary lines; ``benchmark``: what the index column holds."""
+    trading = summary.get("conventions")
     lines = [
+        *([f"trading: {describe_conventions(trading)}"] if trading else []),
+        *([f"index: {benchmark}"] if benchmark else []),
         f"{'test year':<10}{'seed':>5}{'crowned':>9}{'Sharpe':>9}{'eq. w.':>9}{'diff':>8}{'untrained':>10}"
-        f"{'index':>8}{'return':>9}{'eq. w.':>9}{'turnover':>10}{'eq. w.':>8}{'DSR':>6}{'PBO':>6}"
+        f"{'index':>8}{'return':>9}{'eq. w.':>9}{'turnover':>10}{'eq. w.':>8}{'DSR':>6}{'PBO':>6}",
     ]
     for row in summary["folds"]:
         sharpe, ret, turn = row["sharpe"], row["total_return"], row["turnover"]
@@ -133,8 +139,11 @@ def _overfitting_line(summary: dict[str, Any]) -> str:
     )
 
 
-def write_outputs(folder: Path, summary: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
-    """``summary.json``, ``summary.csv`` and ``backtest.png`` (walk-forward equity: the test years chained)."""
+def write_outputs(
+    folder: Path, summary: dict[str, Any], results: list[dict[str, Any]], *, benchmark: str | None = None
+) -> list[str]:
+    """``summary.json``, ``summary.csv`` and ``backtest.png`` (walk-forward equity: the test years chained);
+    ``benchmark``: what the index is."""
     from offline.plots import SeriesPanel, plot_equity
 
     checkpoint.write_file_atomically(
@@ -151,7 +160,7 @@ def write_outputs(folder: Path, summary: dict[str, Any], results: list[dict[str,
                 )
     panels = []
     labels = {"champion": "champion", "untrained": "untrained (same seed)", "equal_weight": "equal weight, daily"}
-    labels[INDEX] = "index"
+    labels[INDEX] = benchmark or "index"
     for seed in sorted({r["seed"] for r in results}):
         chain = sorted((r for r in results if r["seed"] == seed), key=lambda r: r["year"])
         dates = [d for r in chain for d in r["test_dates"]]

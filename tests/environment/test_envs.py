@@ -46,27 +46,33 @@ def test_window_gatherer_matches_plain_slicing(market):
         assert torch.equal(windows[index], expected)
 
 
-def test_episode_windows_stay_inside_their_split(market):
-    starts = episode_starts(market.splits.train, lookback=LOOKBACK, episode_days=EPISODE_DAYS)
+@pytest.mark.parametrize("delay", [0, 1, 3])
+def test_episode_windows_stay_inside_their_split(market, delay):
+    starts = episode_starts(market.splits.train, lookback=LOOKBACK, episode_days=EPISODE_DAYS, execution_delay=delay)
     assert starts.start == LOOKBACK - 1  # first complete lookback window
-    # The last window earns returns up to the train split's last day, not one day more.
-    assert starts[-1] + EPISODE_DAYS == market.splits.train.stop - 1
+    # The last window earns returns up to the train split's last day (its last target fills `delay` days after its
+    # last decision and is held one day), not one day more.
+    assert starts[-1] + EPISODE_DAYS - 1 + delay + 1 == market.splits.train.stop - 1
+    validation = episode_starts(market.splits.validation, lookback=LOOKBACK, episode_days=5, execution_delay=delay)
+    assert validation.start + delay + 1 == market.splits.validation.start  # the first target earns its first day
 
 
-def test_gymnasium_env_checker_passes(market):
-    env = PortfolioEnv(market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST)
+@pytest.mark.parametrize("delay", [0, 1])
+def test_gymnasium_env_checker_passes(market, delay):
+    env = PortfolioEnv(market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST, execution_delay=delay)
     check_env(env, skip_render_check=True)
 
 
 def test_gym_env_truncates_and_never_terminates(market):
-    env = PortfolioEnv(market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST)
+    env = PortfolioEnv(market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST, execution_delay=1)
     env.reset(seed=3)
     flags = [env.step(env.action_space.sample())[2:4] for _ in range(EPISODE_DAYS)]
     assert [terminated for terminated, _ in flags] == [False] * EPISODE_DAYS
     assert [truncated for _, truncated in flags] == [False] * (EPISODE_DAYS - 1) + [True]
 
 
-def test_vector_and_single_environments_agree_step_for_step():
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_vector_and_single_environments_agree_step_for_step(delay):
     market = make_market(seed=1)
     agents, episodes = 2, 3
     g = torch.Generator().manual_seed(0)
@@ -78,6 +84,7 @@ def test_vector_and_single_environments_agree_step_for_step():
         episode_days=EPISODE_DAYS,
         lookback=LOOKBACK,
         cost_rate=COST,
+        execution_delay=delay,
     )
     # Raw scores for the single env, which normalises them; the same normalisation for the vector env.
     scores = torch.rand(EPISODE_DAYS, agents, episodes, market.num_assets + 1, generator=g)
@@ -95,7 +102,9 @@ def test_vector_and_single_environments_agree_step_for_step():
 
     for p in range(agents):
         for e in range(episodes):
-            single = PortfolioEnv(market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST)
+            single = PortfolioEnv(
+                market, lookback=LOOKBACK, episode_days=EPISODE_DAYS, cost_rate=COST, execution_delay=delay
+            )
             observation, _ = single.reset(options={"start_day": int(starts[e])})
             for step in range(EPISODE_DAYS):
                 assert np.array_equal(observation["window"], windows[step][e].numpy())
@@ -109,7 +118,13 @@ def test_vector_and_single_environments_agree_step_for_step():
 
 def test_vector_env_reset_starts_in_cash_and_reuses_its_arrays(market):
     env = VectorPortfolioEnv(
-        market, num_agents=2, num_episodes=2, episode_days=EPISODE_DAYS, lookback=LOOKBACK, cost_rate=COST
+        market,
+        num_agents=2,
+        num_episodes=2,
+        episode_days=EPISODE_DAYS,
+        lookback=LOOKBACK,
+        cost_rate=COST,
+        execution_delay=1,
     )
     first = env.reset(torch.tensor([LOOKBACK - 1, 60]))
     pointers = (first.windows.data_ptr(), first.weights.data_ptr(), env.rewards_per_episode.data_ptr())
@@ -123,7 +138,9 @@ def test_vector_env_reset_starts_in_cash_and_reuses_its_arrays(market):
 def test_a_blocks_observation_holds_each_days_windows(market):
     """``observe_block`` gathers the market's part of the next days of every episode at once, episode by episode:
     day k's windows are what ``observe`` gives after k steps; the weights, not known yet, are left out."""
-    env = VectorPortfolioEnv(market, num_agents=2, num_episodes=3, episode_days=6, lookback=4, cost_rate=0.001)
+    env = VectorPortfolioEnv(
+        market, num_agents=2, num_episodes=3, episode_days=6, lookback=4, cost_rate=0.001, execution_delay=1
+    )
     env.reset(torch.tensor([10, 14, 20]))
     block = env.observe_block(5, out=env.gatherer.empty(3, 6))
     assert block.weights is None and block.windows.shape == (3 * 5, market.num_assets, env.gatherer.window_size)

@@ -254,5 +254,5 @@ def test_an_actors_features_of_many_observations_decide_each_one_as_alone():
     block = actor.features(Observation(shared, None))
     for m in range(M):
         one = actor.logits(Observation(shared[:, m : m + 1], weights[:, m : m + 1]))
-        sliced = type(block)(*(part[:, m : m + 1] for part in block))
+        sliced = type(block)(*(None if part is None else part[:, m : m + 1] for part in block))
         torch.testing.assert_close(actor.decide(sliced, weights[:, m : m + 1]), one, rtol=1e-6, atol=1e-7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves as all_leaves
 
 from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
@@ -12,13 +12,19 @@ from models.replay import ReplayBuffer
 from persistence.generation_contents import buffer_from_groups, buffer_groups
 from tests.synthetic import make_market, random_simplex
 
+
+def tree_leaves(tree: object) -> list[torch.Tensor]:
+    """The tensors of a batch (a part the market does not need, such as no fill day's relatives, is None)."""
+    return [leaf for leaf in all_leaves(tree) if leaf is not None]
+
+
 LOOKBACK = 4
 
 
 def _buffer(market, capacity: int, *, lookback: int = LOOKBACK, sample_shape=(2, 3)) -> ReplayBuffer:
     gatherer = WindowGatherer(market.features, lookback)
     return ReplayBuffer(
-        capacity, market.num_assets, gatherer, market.relatives, sample_shape=sample_shape, device="cpu"
+        capacity, market.num_assets, gatherer, market, sample_shape=sample_shape, device="cpu", execution_delay=0
     )
 
 
@@ -79,16 +85,23 @@ def test_an_add_larger_than_capacity_keeps_the_newest(market, counts):
 def test_sampled_observations_are_the_ones_the_agents_saw(market):
     agents, episodes, days = 2, 3, 5
     env = VectorPortfolioEnv(
-        market, num_agents=agents, num_episodes=episodes, episode_days=days, lookback=LOOKBACK, cost_rate=0.001
+        market,
+        num_agents=agents,
+        num_episodes=episodes,
+        episode_days=days,
+        lookback=LOOKBACK,
+        cost_rate=0.001,
+        execution_delay=0,
     )
     per_step = agents * episodes
     buffer = ReplayBuffer(
         per_step * days + 7,
         market.num_assets,
         env.gatherer,
-        market.relatives,
+        market,
         sample_shape=(agents, episodes),
         device="cpu",
+        execution_delay=0,
     )
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
@@ -255,3 +268,55 @@ def test_a_missing_segment_does_not_fit(market):
     del groups["replay-002"]
     with pytest.raises(ValueError):
         _buffer(market, 40).load_state_(buffer_from_groups(groups))
+
+
+@pytest.mark.parametrize("delay", [0, 1, 3])
+@pytest.mark.parametrize("masked", [False, True], ids=["every-asset-trades", "some-do-not"])
+def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay, masked):
+    """The learner's model objective recomputes a transition's reward from what the buffer gives back (the weights
+    the agent saw, the fill day's and the next day's relatives, which assets could trade at the fill): for the action
+    taken, that is the reward the environment paid, whatever the execution delay and the universe."""
+    import dataclasses
+
+    from environment.kernel import decision_step
+
+    market = make_market(seed=7)
+    if masked:
+        tradable = torch.rand(market.num_days, market.num_assets, generator=torch.Generator().manual_seed(1)) > 0.2
+        market = dataclasses.replace(market, tradable=tradable)
+    agents, episodes, days = 2, 3, 8
+    env = VectorPortfolioEnv(
+        market,
+        num_agents=agents,
+        num_episodes=episodes,
+        episode_days=days,
+        lookback=LOOKBACK,
+        cost_rate=0.002,
+        execution_delay=delay,
+    )
+    buffer = ReplayBuffer(
+        agents * episodes * days,
+        market.num_assets,
+        env.gatherer,
+        market,
+        sample_shape=(agents, episodes * days),
+        device="cpu",
+        execution_delay=delay,
+    )
+    g = torch.Generator().manual_seed(0)
+    obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
+    while obs is not None:
+        step, obs = env.step(random_simplex(agents, episodes, market.num_assets + 1, generator=g))
+        buffer.add(**step._asdict(), terminated=False)
+    batch = buffer.gather(torch.arange(agents * episodes * days).view(agents, -1))
+    assert (batch.fill_relatives is None) == (delay == 0) and (batch.fill_tradable is None) == (not masked)
+    again = decision_step(
+        batch.obs.weights,
+        batch.actions,
+        batch.next_relatives,
+        cost_rate=0.002,
+        fill_relatives=batch.fill_relatives,
+        tradable=batch.fill_tradable,
+    )
+    torch.testing.assert_close(again.rewards, batch.rewards, rtol=0, atol=1e-6)
+    torch.testing.assert_close(again.next_weights, batch.next_obs.weights)  # the state the next decision saw

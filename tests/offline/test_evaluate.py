@@ -117,8 +117,8 @@ def test_diagnostics_come_from_the_run_history(report, tmp_path, monkeypatch, ca
     run, _ = report
     load = report_module.load_champion
 
-    def with_history(target, scratch):
-        champion = load(target, scratch)
+    def with_history(target, scratch, **options):
+        champion = load(target, scratch, **options)
         history = [{k: v for k, v in row.items() if not k.startswith("validation_")} for row in champion.history]
         champion.history = add_validation_keys(history, popsize=4, seed=5) if rows == "recorded" else history
         return champion

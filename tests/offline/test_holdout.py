@@ -57,6 +57,7 @@ def holdout():
         name="holdout",
         lookback=LOOKBACK,
         cost_rate=COST,
+        execution_delay=0,
     )
 
 
@@ -115,7 +116,7 @@ def test_too_short_a_range_is_refused():
     market = two_asset_market()
     for days in (range(24, 24), range(0, 6)):  # empty; a first decision without a full lookback window
         with pytest.raises(ValueError, match="full lookback window"):
-            run_range(market, {}, days, name="holdout", lookback=LOOKBACK, cost_rate=COST)
+            run_range(market, {}, days, name="holdout", lookback=LOOKBACK, cost_rate=COST, execution_delay=0)
 
 
 def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
@@ -143,6 +144,7 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
         name="holdout",
         lookback=4,
         cost_rate=config.env.cost_rate,
+        execution_delay=config.env.execution_delay,
     )
     np.testing.assert_allclose(
         results["holdout"].traces["untrained"].log_returns, expected.traces["untrained"].log_returns

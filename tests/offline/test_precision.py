@@ -72,7 +72,8 @@ def scored(run: Path, *, bf16: bool) -> dict[str, list[float]]:
     """The champion's daily log returns per range, scored here as ``evaluate`` scores it, in the given precision."""
     actor, config = champion_actor(run, bf16=bf16)
     market = load_market(config, torch.device("cpu"))
-    settings = {"lookback": config.env.lookback, "cost_rate": config.env.cost_rate}
+    env = config.env
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
     actors = {"champion": actor, "untrained": actor}  # evaluate's slot count, so the environment batches alike
     return {
         name: run_range(market, actors, getattr(market.splits, name), name=name, **settings)

@@ -201,6 +201,7 @@ def a_new_environment_per_episode(mp, kept):
                 episode_days=env.episode_days,
                 lookback=env.gatherer.lookback,
                 cost_rate=env.cost_rate,
+                execution_delay=env.execution_delay,
             )
         )
 

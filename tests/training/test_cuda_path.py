@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from config import override, preset
-from environment import vector_env
+from environment import market as market_module
 from persistence import checkpoint
 from runtime import graphs
 from tests.emulated_cuda import (
@@ -36,7 +36,7 @@ from training.loop import Trainer
 from training.runs import start_run
 
 
-def train(root: Path, device: str, *, generations: int) -> Trainer:
+def train(root: Path, device: str, *, generations: int, **settings: Any) -> Trainer:
     """A smoke run of ``generations`` on ``device`` (updates from the first generation on); its trainer, finished."""
     config = override(
         preset("smoke"),
@@ -46,6 +46,7 @@ def train(root: Path, device: str, *, generations: int) -> Trainer:
             "runtime.progress": False,
             "checkpoint.uri": str(root),
             "checkpoint.run_name": "r",
+            **settings,
         },
     )
     trainer = start_run(config, log=lambda line: None).trainer
@@ -66,6 +67,32 @@ def test_the_cuda_path_trains_the_cpus_numbers_on_the_device(tmp_path):
         assert all(isinstance(tensor, DeviceTensor) for tensor in held)  # the whole loop ran on the device
         check_the_checkpoint_holds_the_live_state(on_cuda)
     on_cpu = train(tmp_path / "cpu", "cpu", generations=3)
+    assert rows(on_cuda.run_dir)[-1]["updates"] > 0
+    assert state_digest(on_cuda.run_dir) == state_digest(on_cpu.run_dir)
+    assert [deterministic(row) for row in rows(on_cuda.run_dir)] == [deterministic(row) for row in rows(on_cpu.run_dir)]
+
+
+def test_a_point_in_time_universe_with_cash_that_earns_trains_the_cpus_numbers_on_the_device(tmp_path):
+    """Assets that list and delist (the actor's mask, the fill's, the tradable feature), a user's column, a cash rate
+    and a fill a day later, down the CUDA path: the graphed days and update on the device give the CPU's numbers."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    dates = pd.bdate_range("2001-01-01", periods=900)
+    prices = pd.DataFrame(50 * np.exp(np.cumsum(rng.normal(0, 0.01, (900, 6)), axis=0)), columns=list("ABCDEF"))
+    prices.iloc[:200, 4] = np.nan  # E lists late
+    prices.iloc[700:, 5] = np.nan  # F delists
+    prices.iloc[400:420, 1] = np.nan  # B pauses for longer than data.max_fill_days
+    frame = prices.assign(date=dates).melt(id_vars="date", var_name="ticker", value_name="close").dropna()
+    frame["signal"] = rng.normal(size=len(frame))
+    path = tmp_path / "universe.csv"
+    frame.to_csv(path, index=False)
+    settings = {"data.path": str(path), "data.features": ("builtin", "signal"), "env.cash_rate": 0.03}
+    with emulate_cuda():
+        on_cuda = train(tmp_path / "cuda", "cuda", generations=2, **settings)
+        assert on_cuda.market.tradable is not None and on_cuda.config.env.execution_delay == 1
+    on_cpu = train(tmp_path / "cpu", "cpu", generations=2, **settings)
     assert rows(on_cuda.run_dir)[-1]["updates"] > 0
     assert state_digest(on_cuda.run_dir) == state_digest(on_cpu.run_dir)
     assert [deterministic(row) for row in rows(on_cuda.run_dir)] == [deterministic(row) for row in rows(on_cpu.run_dir)]
@@ -94,10 +121,10 @@ def no_boundary(mp: pytest.MonkeyPatch) -> None:
 
 
 def host_mixed_in(mp: pytest.MonkeyPatch) -> None:
-    def with_cash(relatives: torch.Tensor) -> torch.Tensor:  # the cash column made without a device
+    def with_cash(relatives: torch.Tensor, cash: torch.Tensor | None = None) -> torch.Tensor:  # made without a device
         return torch.cat([torch.ones(*relatives.shape[:-1], 1), relatives], dim=-1)
 
-    mp.setattr(vector_env, "with_cash", with_cash)
+    mp.setattr(market_module, "with_cash", with_cash)
 
 
 def host_generator(mp: pytest.MonkeyPatch) -> None:

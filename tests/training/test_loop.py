@@ -105,6 +105,7 @@ def baseline_validation(trainer: Trainer, policy: str) -> float:
         episode_days=cfg.env.episode_days,
         lookback=cfg.env.lookback,
         cost_rate=cfg.env.cost_rate,
+        execution_delay=cfg.env.execution_delay,
     )
     obs = env.reset(trainer.validation.starts)
     while obs is not None:

@@ -329,9 +329,10 @@ def test_an_agents_replay_batches_do_not_depend_on_the_split():
             64,
             market.num_assets,
             gatherer,
-            market.relatives,
+            market,
             sample_shape=(6, 5),
             device="cpu",
+            execution_delay=1,
             share=None if rows is None else Share(6, rows),
         )
         days = torch.arange(10, 50, dtype=torch.int32)

@@ -66,17 +66,18 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
         config.learner.buffer_size,
         ASSETS,
         WindowGatherer(market.features, 1),
-        market.relatives,
+        market,
         sample_shape=(POPSIZE, BATCH),
         device="cpu",
+        execution_delay=config.env.execution_delay,
     )
     assert sum(sizing.buffer_tensor_bytes(config, num_assets=ASSETS)) == ring.nbytes
     needs = sizing.process_bytes(config, num_assets=ASSETS, num_features=market.num_features)
     assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows])
 
 
-def _batch(seed: int = 0) -> ReplayBatch:
-    return replay_batch(POPSIZE, BATCH, ASSETS, WINDOW, seed=seed)
+def _batch(config: Config, seed: int = 0) -> ReplayBatch:
+    return replay_batch(POPSIZE, BATCH, ASSETS, WINDOW, seed=seed, execution_delay=config.env.execution_delay)
 
 
 UPDATE_CASES = pytest.mark.parametrize(
@@ -89,8 +90,9 @@ UPDATE_CASES = pytest.mark.parametrize(
         {"model.bf16_encoder": True},
         {"model.bf16_encoder": True, "learner.actor_objective": "critic", "learner.gamma": 0.9},
         {"learner.algorithm": "td3", "learner.gamma": 0.9},
+        {"env.execution_delay": 0},  # the target fills at the close it observed: no fill day to drift through
     ],
-    ids=["model", "model-gamma", "critic", "tilt", "bf16", "bf16-critic", "td3"],
+    ids=["model", "model-gamma", "critic", "tilt", "bf16", "bf16-critic", "td3", "no-delay"],
 )
 
 
@@ -100,7 +102,7 @@ def _update(config: Config, population: Population, batch: ReplayBatch) -> None:
 
 def _allocated_peak(config: Config) -> int:
     """The profiler's allocations and frees over one real update on the CPU, in order: their running sum's peak."""
-    population, batch = _population(config), _batch()
+    population, batch = _population(config), _batch(config)
     _update(config, population, batch)  # the first update allocates TD3's smoothing buffers, kept afterwards
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         _update(config, population, batch)

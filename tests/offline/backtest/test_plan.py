@@ -32,12 +32,13 @@ def test_folds_never_let_a_training_or_validation_day_reach_the_test_year(prices
         assert all(d.startswith(str(fold.year)) for d in test_dates)
         assert dates[splits.holdout.start - 1] < first_test_day <= test_dates[0]
         assert splits.holdout.stop == market.num_days
-        # The gap: the first test decision's window (lookback days to the day before the test) holds no
-        # validation day, so no feature a test decision sees was earned by selection.
-        lookback = fold.config.env.lookback
-        assert len(splits.gap) == lookback
-        first_window = range(splits.holdout.start - lookback, splits.holdout.start)
-        assert set(first_window) == set(splits.gap)
+        # The gap: the first test decision's window (lookback days to its decision day, execution_delay days before
+        # the eve of the test) holds no validation day, so no feature a test decision sees was earned by selection.
+        lookback, delay = fold.config.env.lookback, fold.config.env.execution_delay
+        assert len(splits.gap) == lookback + delay
+        first_decision = splits.holdout.start - 1 - delay
+        first_window = range(first_decision - lookback + 1, first_decision + 1)
+        assert set(first_window) | set(range(first_decision + 1, splits.holdout.start)) == set(splits.gap)
         assert splits.validation.stop <= first_window.start
         # No row after the test year was even loaded.
         assert dates[-1] <= dt.date(fold.year, 12, 31).isoformat()
@@ -68,3 +69,15 @@ def test_a_plan_holds_what_a_fold_computes_not_how_it_runs(prices):
     assert plan_difference(saved, changed).startswith("runtime.generations (")
     changed = plan_document(override(config, {"runtime.matmul_precision": "high"}), [])
     assert plan_difference(saved, changed).startswith("runtime.matmul_precision (")
+
+
+def test_a_plan_of_an_earlier_version_continues_with_what_it_ran_and_another_delay_is_named(prices):
+    """A plan.json written before fills could wait (no ``env.execution_delay``, no ``data.universe``) ran at delay 0
+    on the common universe: the same plan now continues, and another delay is a change of plan."""
+    earlier = override(small_config(prices), {"env.execution_delay": 0, "data.universe": "common"})
+    saved = plan_document(earlier, [])
+    for section, key in (("env", "execution_delay"), ("data", "universe"), ("data", "features"), ("env", "cash_rate")):
+        del saved["config"][section][key]
+    assert plan_difference(saved, plan_document(earlier, [])) is None
+    changed = plan_difference(saved, plan_document(override(earlier, {"env.execution_delay": 1}), []))
+    assert changed == "env.execution_delay (0 in plan.json, now 1)"

@@ -1,0 +1,135 @@
+"""The market of a point-in-time universe, the user's own feature columns and what cash earns (``build_market``)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from environment.data import PriceTable
+from environment.features import FEATURE_NAMES, TRADABLE, WARMUP_DAYS, build_market, raw_features
+from persistence.provenance import market_fingerprint
+from utils.errors import DataError
+
+SETTINGS = {"lookback": 5, "episode_days": 10, "validation_days": 40, "holdout_days": 40}
+DAYS, ASSETS = 500, 4
+LISTS, DELISTS = 200, 380  # asset 3 lists on row 200; asset 2 trades for the last time on row 379
+
+
+def prices(seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return 50.0 * np.exp(np.cumsum(rng.normal(0.0003, 0.01, size=(DAYS, ASSETS)), axis=0))
+
+
+def table(values: np.ndarray, *, universe: str = "point_in_time", columns=None) -> PriceTable:
+    return PriceTable(
+        dates=pd.bdate_range("2003-01-01", periods=DAYS),
+        tickers=tuple(f"A{i}" for i in range(ASSETS)),
+        prices=values,
+        universe=universe,
+        columns=MappingProxyType(columns or {}),
+    )
+
+
+def listed_and_delisted() -> np.ndarray:
+    values = prices()
+    values[:LISTS, 3] = np.nan
+    values[DELISTS:, 2] = np.nan
+    return values
+
+
+def test_a_universe_of_survivors_is_the_old_market_bit_for_bit():
+    """Every asset trades every day: no tradable feature, no mask, the features and relatives as they always were."""
+    values = prices()
+    market = build_market(table(values, universe="common"), **SETTINGS)
+    assert market.tradable is None and market.feature_names == FEATURE_NAMES and market.tradable_share == 1.0
+    raw = raw_features(values)[WARMUP_DAYS:]
+    train = raw[: market.splits.train.stop]
+    mean, std = train.mean(axis=(0, 1)), train.std(axis=(0, 1))
+    expected = np.clip((raw - mean) / std, -5.0, 5.0).astype(np.float32)
+    assert np.array_equal(market.features.numpy(), expected)
+    relatives = (values[WARMUP_DAYS:] / values[WARMUP_DAYS - 1 : -1]).astype(np.float32)
+    assert np.array_equal(market.relatives.numpy(), relatives)
+    assert build_market(table(values, universe="point_in_time"), **SETTINGS).tradable is None  # nothing to mask
+
+
+def test_assets_trade_from_their_first_price_to_their_last():
+    market = build_market(table(listed_and_delisted()), **SETTINGS)
+    rows = np.arange(WARMUP_DAYS, DAYS)  # the table's row of each market day
+    tradable = market.tradable.numpy()
+    assert np.array_equal(tradable[:, 3], rows >= LISTS) and np.array_equal(tradable[:, 2], rows < DELISTS)
+    assert tradable[:, :2].all()
+    assert market.tradable_share == pytest.approx(tradable.mean())
+    # The networks see it: a last feature, 1 on the days the asset has a price, unnormalised.
+    assert market.feature_names == (*FEATURE_NAMES, TRADABLE)
+    assert np.array_equal(market.features[..., -1].numpy(), tradable.astype(np.float32))
+    assert market.feature_mean[:, -1].eq(0).all() and market.feature_std[:, -1].eq(1).all()
+    # Its other features are neutral (0, the training mean) on the days it has no price...
+    assert market.features[~market.tradable][:, :-1].eq(0).all()
+    # ... and its relative is 1: a holding keeps its last value, and nothing earns the jump across a missing day.
+    assert market.relatives[~market.tradable].eq(1).all()
+    assert market.relatives[LISTS - WARMUP_DAYS, 3] == 1.0  # its first day has no day before it
+    assert np.isfinite(market.features.numpy()).all()
+
+
+def test_statistics_come_from_the_asset_days_with_a_value():
+    values = listed_and_delisted()
+    market = build_market(table(values), **SETTINGS)
+    raw = raw_features(values)[WARMUP_DAYS:]
+    raw[~market.tradable.numpy()] = np.nan
+    train = raw[: market.splits.train.stop]
+    np.testing.assert_allclose(market.feature_mean[0, :-1].numpy(), np.nanmean(train, axis=(0, 1)), rtol=1e-6)
+    np.testing.assert_allclose(market.feature_std[0, :-1].numpy(), np.nanstd(train, axis=(0, 1)), rtol=1e-5)
+
+
+def test_a_users_column_is_a_feature_normalised_on_the_training_days():
+    values = prices()
+    signal = np.random.default_rng(1).normal(3.0, 2.0, size=(DAYS, ASSETS))
+    signal[:100, 1] = np.nan  # not known yet: neutral
+    market = build_market(table(values, columns={"signal": signal}), **SETTINGS, features=("log_return_1d", "signal"))
+    assert market.feature_names == ("log_return_1d", "signal")
+    assert "column 'signal'" in market.feature_definitions[1]
+    kept = signal[WARMUP_DAYS:]
+    train = kept[: market.splits.train.stop]
+    mean, std = np.nanmean(train), np.nanstd(train)
+    expected = np.nan_to_num(np.clip((kept - mean) / std, -5, 5), nan=0.0).astype(np.float32)
+    np.testing.assert_allclose(market.features[..., 1].numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert market.features[: 100 - WARMUP_DAYS, 1, 1].eq(0).all()  # asset 1's signal before its first value
+    # "builtin" stands for the built-in features, in order.
+    both = build_market(table(values, columns={"signal": signal}), **SETTINGS, features=("builtin", "signal"))
+    assert both.feature_names == (*FEATURE_NAMES, "signal")
+
+
+def test_a_feature_that_is_neither_built_in_nor_a_column_is_refused_in_one_line():
+    with pytest.raises(DataError, match="volume is neither a built-in feature") as error:
+        build_market(table(prices()), **SETTINGS, features=("volume",))
+    assert "\n" not in str(error.value)
+
+
+def test_a_column_without_a_value_on_the_training_days_cannot_be_normalised():
+    late = np.full((DAYS, ASSETS), np.nan)
+    late[-60:] = 1.0
+    with pytest.raises(DataError, match="late has no value on the training days"):
+        build_market(table(prices(), columns={"late": late}), **SETTINGS, features=("late",))
+
+
+def test_cash_earns_the_rate_of_the_close_before():
+    market = build_market(table(prices(), universe="common"), **SETTINGS, cash_rate=0.05)
+    np.testing.assert_allclose(market.cash_relatives.numpy(), (1.05) ** (1 / 252), rtol=1e-7)
+    rates = np.linspace(0.0, 0.1, DAYS)
+    by_day = build_market(table(prices(), universe="common"), **SETTINGS, risk_free=rates)
+    np.testing.assert_allclose(by_day.cash_relatives.numpy(), (1 + rates[WARMUP_DAYS - 1 : -1]) ** (1 / 252))
+    assert build_market(table(prices(), universe="common"), **SETTINGS).cash_relatives is None  # it earns nothing
+    assert market.day_relatives(np.arange(3))[:, 0].gt(1).all()
+
+
+def test_the_fingerprint_counts_the_universe_and_cash_only_where_they_say_something():
+    values = prices()
+    plain = build_market(table(values, universe="common"), **SETTINGS)
+    same = build_market(table(values, universe="point_in_time"), **SETTINGS)
+    assert market_fingerprint(plain) == market_fingerprint(same)
+    paying = build_market(table(values, universe="common"), **SETTINGS, cash_rate=0.02)
+    assert market_fingerprint(paying) != market_fingerprint(plain)
+    assert market_fingerprint(build_market(table(listed_and_delisted()), **SETTINGS)) != market_fingerprint(plain)
