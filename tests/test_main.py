@@ -10,13 +10,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path, temp: Path | None = None) -> subprocess.CompletedProcess:
+    """``main.py ARGS`` in ``cwd``; ``temp``: the temporary directory it is given (``TMPDIR``)."""
+    env = os.environ if temp is None else {**os.environ, "TMPDIR": str(temp)}
     return subprocess.run(
         [sys.executable, str(REPO / "main.py"), *args, "--no-progress"],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
 
 
@@ -62,10 +65,12 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
     ],
 )
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
-    args = [arg.format(outside=tmp_path / "outside") for arg in args]
-    result = run_cli(*args, cwd=tmp_path)
+    work, temp = tmp_path / "work", tmp_path / "temp"  # nothing anywhere: the temporary directory included
+    work.mkdir(), temp.mkdir()
+    args = [arg.format(outside=work / "outside") for arg in args]
+    result = run_cli(*args, cwd=work, temp=temp)
     assert_one_line_error(result, *phrases)
-    assert list(tmp_path.iterdir()) == []
+    assert list(work.iterdir()) == [] and list(temp.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,13 @@ context it created), and Python's own objects.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import psutil
@@ -191,10 +196,27 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
         next_relatives=empty(n1),
         fill_relatives=empty(n1) if config.env.execution_delay else None,
     )
-    with PeakBytes() as peak:
+    with _no_cache_left_behind(), PeakBytes() as peak:
         learner.update(batch)
     return peak.peak
 
+
+@contextlib.contextmanager
+def _no_cache_left_behind() -> Iterator[None]:
+    """Around the meta device's arithmetic: many of its kernels are Python references that import ``torch._dynamo``
+    on first use, and that import creates inductor's cache folder (``torchinductor_<user>`` in the temporary
+    directory). The check runs before a config is refused, and bad input writes nothing: the folder goes to a scratch
+    directory removed afterwards, unless a folder was chosen (``TORCHINDUCTOR_CACHE_DIR``) or the import was made
+    already. A compiled run sets its own folder later (``runtime.compiled``)."""
+    if "torch._dynamo" in sys.modules or "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="erl-sizing-") as scratch:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = scratch
+        try:
+            yield
+        finally:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
 
 
 def working_bytes(
