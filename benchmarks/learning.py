@@ -35,7 +35,7 @@ import torch
 
 from config import Config, override, parse_assignments, preset
 from environment.features import WARMUP_DAYS
-from environment.kernel import cash_weights, portfolio_step
+from environment.kernel import cash_weights, decision_step
 from environment.synthetic import KINDS, make_market
 from offline.holdout import score_champion
 from persistence.jsonl import read_rows
@@ -43,14 +43,22 @@ from training.runs import train_to_end
 from training.selection import edge_bounds, t_statistics
 
 
-def rule_log_returns(market, rule_weights: np.ndarray, days: range, cost_rate: float) -> np.ndarray:
-    """The rule's daily log returns on ``days``, one episode from cash, through the environment's kernel."""
+def rule_log_returns(
+    market, rule_weights: np.ndarray, days: range, cost_rate: float, *, execution_delay: int
+) -> np.ndarray:
+    """The rule's daily log returns on ``days``, one episode from cash, through the environment's kernel: the target it
+    decides at the close of ``day - 1 - execution_delay`` earns ``day``, as an agent's does."""
     weights = cash_weights((), market.num_assets)
     out = []
-    for day in days:  # decision at day - 1, earning day
-        target = torch.as_tensor(rule_weights[day - 1 + WARMUP_DAYS], dtype=torch.float32)
-        relatives = torch.cat([torch.ones(1), market.relatives[day].cpu()])
-        step = portfolio_step(weights, target, relatives, cost_rate=cost_rate)
+    for day in days:
+        target = torch.as_tensor(rule_weights[day - 1 - execution_delay + WARMUP_DAYS], dtype=torch.float32)
+        step = decision_step(
+            weights,
+            target,
+            market.day_relatives(torch.tensor(day)).cpu(),
+            cost_rate=cost_rate,
+            fill_relatives=market.day_relatives(torch.tensor(day - 1)).cpu() if execution_delay else None,
+        )
         out.append(float(step.rewards))
         weights = step.next_weights
     return np.asarray(out)
@@ -105,10 +113,15 @@ def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     results = score_champion(market, config, trainer.population.champion)
     holdout = results["holdout"]
     log_return = {s: float(t.log_returns.sum()) for s, t in holdout.traces.items()}
-    rule = rule_log_returns(market, synthetic.rule_weights, market.splits.holdout, config.env.cost_rate)
+    delay = config.env.execution_delay
+    rule = rule_log_returns(
+        market, synthetic.rule_weights, market.splits.holdout, config.env.cost_rate, execution_delay=delay
+    )
     champion, equal = holdout.metrics["champion"], holdout.metrics["equal_weight"]
     # Could the selection test have crowned the rule itself? Its bound on the validation days, at the last z.
-    rule_validation = rule_log_returns(market, synthetic.rule_weights, market.splits.validation, config.env.cost_rate)
+    rule_validation = rule_log_returns(
+        market, synthetic.rule_weights, market.splits.validation, config.env.cost_rate, execution_delay=delay
+    )
     equal_validation = np.asarray(results["validation"].traces["equal_weight"].log_returns, dtype=np.float64)
     z = read_rows(trainer.checkpoints.metrics_path)[-1]["selection_z"]  # the run's last critical t
     rule_bound = edge_bounds(torch.as_tensor(rule_validation)[None], torch.as_tensor(equal_validation), z=z)[0]

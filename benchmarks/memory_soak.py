@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from config import override, parse_assignments, preset
+from environment.market import Market, Splits
 from environment.observation import WindowGatherer
 from models.replay import ReplayBuffer
 from persistence import jsonl
@@ -80,8 +81,18 @@ def replay_table(num_assets: int = TABLE_ASSETS) -> list[dict[str, int]]:
         for num_features in TABLE_FEATURES:
             features = torch.randn(lookback + 2, num_assets, num_features)  # (T, N, K), just enough days
             gatherer = WindowGatherer(features, lookback)
-            relatives = torch.ones(lookback + 2, num_assets)
-            buffer = ReplayBuffer(1024, num_assets, gatherer, relatives, sample_shape=(1, 1), device="cpu")
+            days = range(lookback + 2)
+            market = Market(
+                dates=tuple(str(day) for day in days),
+                tickers=tuple(f"A{i}" for i in range(num_assets)),
+                feature_names=tuple(f"f{k}" for k in range(num_features)),
+                features=features,
+                relatives=torch.ones(lookback + 2, num_assets),
+                splits=Splits(train=days, validation=range(0), holdout=range(0)),
+            )
+            buffer = ReplayBuffer(
+                1024, num_assets, gatherer, market, sample_shape=(1, 1), device="cpu", execution_delay=1
+            )
             table.append(
                 {
                     "lookback": lookback,

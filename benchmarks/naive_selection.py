@@ -33,7 +33,8 @@ def naive_fold(run_dir: Path) -> dict:
     )
     trainer = train_to_end(config, log=lambda line: None)  # a finished fold: loads its last generation
     market, actor = trainer.market, trainer.population.actor
-    settings = {"lookback": config.env.lookback, "cost_rate": config.env.cost_rate}
+    env = config.env
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
     agents = {f"agent{i}": actor.agent(i) for i in range(actor.popsize)}
     validation = run_range(market, agents, market.splits.validation, name="validation", **settings)
     best = max(agents, key=lambda name: float(validation.traces[name].log_returns.sum()))

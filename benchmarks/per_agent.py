@@ -131,9 +131,10 @@ def single_sample_view(buffer: ReplayBuffer, batch_size: int) -> ReplayBuffer:
         1,
         buffer.storage["weights"].shape[1] - 1,
         buffer.gatherer,
-        buffer.relatives,
+        buffer.market,
         sample_shape=(1, batch_size),
         device=buffer.storage["days"].device,
+        execution_delay=buffer.execution_delay,
     )
     view.storage = buffer.storage
     view.capacity, view.size, view.pos = buffer.capacity, buffer.size, buffer.pos
