@@ -73,6 +73,7 @@ METRIC_COLUMNS = (
     "calmar",
     "turnover",
     "costs",
+    "under_a_year",
 )
 LABELS = {
     "champion": "champion",
@@ -296,25 +297,33 @@ def _ratio(value: float) -> str:
 
 
 def table(result: RangeResult, *, cost_rate: float, labels: dict[str, str] = LABELS) -> str:
-    """The metrics of one range as a fixed-width table, each strategy by its name in ``labels``."""
+    """The metrics of one range as a fixed-width table, each strategy by its name in ``labels``. A range under a year
+    says so: its annualised figures are marked ``~`` (scaled up from its days) and Calmar is not given."""
     role = "out of sample" if result.name == "holdout" else "in sample: it chose the champion"
+    short = any(m.under_a_year for m in result.metrics.values())
     header = (
         f"{result.name} ({role}) {result.dates[0]} to {result.dates[-1]}: "
         f"{len(result.dates)} days from cash, costs {cost_rate * 1e4:g} bp per unit of turnover"
     )
+    if short:
+        header += f"; under a year: ~ marks figures annualised from {len(result.dates)} days, and no Calmar"
+
+    def marked(cell: str) -> str:  # a figure scaled up from under a year
+        return cell + "~" if short and cell != "n/a" else cell
+
     columns = ("strategy", "total", "annual", "vol", "Sharpe", "Sortino", "max DD", "Calmar", "turnover/y", "costs")
     width = max(22, *(len(labels[strategy]) + 2 for strategy in result.metrics))
     lines = [header, f"{columns[0]:<{width}}" + "".join(f"{c:>11}" for c in columns[1:])]
     for strategy, m in result.metrics.items():
         cells = (
             _percent(m.total_return),
-            _percent(m.annualised_return),
-            _percent(m.annualised_volatility),
-            _ratio(m.sharpe),
-            _ratio(m.sortino),
+            marked(_percent(m.annualised_return)),
+            marked(_percent(m.annualised_volatility)),
+            marked(_ratio(m.sharpe)),
+            marked(_ratio(m.sortino)),
             _percent(-m.max_drawdown) if m.max_drawdown > 0 else "0.0%",
-            _ratio(m.calmar),
-            f"{m.turnover:.1f}x",
+            "n/a" if m.under_a_year else _ratio(m.calmar),
+            marked(f"{m.turnover:.1f}x"),
             f"{100 * m.costs:.2f}%",
         )
         lines.append(f"{labels[strategy]:<{width}}" + "".join(f"{cell:>11}" for cell in cells))

@@ -17,6 +17,10 @@ from numpy.typing import ArrayLike
 
 TRADING_DAYS = 252
 """Trading days in a year: the default ``periods_per_year``."""
+A_YEAR_AT_LEAST = 250
+"""The fewest trading days a sample holds to count as a year (a calendar year of an exchange holds 250 to 253).
+A shorter sample's annualised figures are labelled with the days they come from, and ratios that need a year's
+drawdown (Calmar) are not given."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,15 @@ class RiskMetrics:
     max_drawdown_days: int
     """The longest run of consecutive days that end below an earlier peak (underwater); 0 if never."""
     calmar: float
-    """``annualised_return / max_drawdown``; NaN if the curve never fell."""
+    """``annualised_return / max_drawdown``; NaN if the curve never fell, or the sample is under a year (a year's worst
+    fall is what it is measured against)."""
     turnover: float
     """``mean(turnover) * N``: the yearly turnover; 0.0 when none was given."""
     costs: float
     """``sum_t costs_t * equity_{t-1}``: costs paid per unit of starting capital; 0.0 when none were given."""
+    under_a_year: bool = False
+    """Fewer than ``A_YEAR_AT_LEAST`` days (scaled to ``periods_per_year``): the annualised figures are a short
+    sample's, scaled up, and say so where they are shown; ``calmar`` is NaN."""
 
     def to_dict(self) -> dict[str, float | int | None]:
         """The figures by field name, NaN as None (JSON has no NaN)."""
@@ -144,6 +152,7 @@ def risk_metrics(
             raise ValueError(f"{name} must not be negative")
         extra[name] = array
     year = float(periods_per_year)
+    short = days < A_YEAR_AT_LEAST * periods_per_year / TRADING_DAYS
 
     simple = np.expm1(r)  # (D,)
     excess = simple - np.expm1(extra["risk_free"]) if "risk_free" in extra else simple  # over what cash earned
@@ -169,7 +178,8 @@ def risk_metrics(
         sortino=math.nan if downside == 0.0 else mean / downside * math.sqrt(year),
         max_drawdown=max_drawdown,
         max_drawdown_days=_longest_underwater(drawdown),
-        calmar=math.nan if max_drawdown == 0.0 else annualised_return / max_drawdown,
+        calmar=math.nan if max_drawdown == 0.0 or short else annualised_return / max_drawdown,
         turnover=float(extra["turnover"].mean()) * year if "turnover" in extra else 0.0,
         costs=float(np.dot(extra["costs"], equity[:-1])) if "costs" in extra else 0.0,
+        under_a_year=short,
     )

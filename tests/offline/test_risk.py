@@ -56,8 +56,11 @@ def test_risk_figures_of_the_worked_case():
     assert m.sortino == pytest.approx(0.2 * ROOT_YEAR, rel=1e-12)
     assert m.max_drawdown == pytest.approx(0.2, rel=1e-12)
     assert m.max_drawdown_days == 2
-    # 6.0461921 / 0.2 ≈ 30.230961
-    assert m.calmar == pytest.approx((1.0395 ** (252 / 5) - 1) / 0.2, rel=1e-12)
+    # Five days are not a year: no Calmar, and the annualised figures say so where they are shown.
+    assert m.under_a_year and math.isnan(m.calmar)
+    # Counted as a year (periods_per_year 5): the growth over it, 3.95%, over the 20% fall.
+    year = risk_metrics(np.log1p(SIMPLE), periods_per_year=5)
+    assert not year.under_a_year and year.calmar == pytest.approx(0.0395 / 0.2, rel=1e-12)
 
 
 def test_turnover_and_costs_of_the_worked_case():
@@ -107,8 +110,7 @@ def test_a_single_day_and_a_loss_that_is_never_recovered():
     assert m.days == 1 and math.isnan(m.annualised_volatility) and math.isnan(m.sharpe)
     assert m.sortino == pytest.approx(-ROOT_YEAR, rel=1e-12)
     assert m.max_drawdown == pytest.approx(0.05, rel=1e-12) and m.max_drawdown_days == 1
-    # 0.95 ** 252 - 1 over a 5% drawdown
-    assert m.calmar == pytest.approx((0.95**252 - 1) / 0.05, rel=1e-9)
+    assert m.under_a_year and math.isnan(m.calmar)  # one day is not a year
     # Down 3 days then up but still below the first peak: underwater to the end, 4 days.
     assert risk_metrics(np.log1p([0.1, -0.1, -0.1, -0.1, 0.2])).max_drawdown_days == 4
 
@@ -148,3 +150,30 @@ def test_bad_curves_are_refused():
         drawdown_curve([1.0, 0.0])
     with pytest.raises(ValueError, match="at least 1"):
         drawdown_curve([])
+
+
+def test_a_year_is_at_least_250_trading_days():
+    """A calendar year of an exchange holds 250 to 253 trading days: from 250 a sample is a year and has a Calmar
+    ratio; under it, its annualised figures are a short sample's scaled up (``under_a_year``) and Calmar is not
+    given."""
+    days = np.random.default_rng(0).normal(0.0005, 0.01, 300)
+    assert not risk_metrics(days[:250]).under_a_year and math.isfinite(risk_metrics(days[:250]).calmar)
+    short = risk_metrics(days[:249])
+    assert short.under_a_year and math.isnan(short.calmar) and short.to_dict()["calmar"] is None
+    assert math.isfinite(short.annualised_return) and math.isfinite(short.sharpe)  # given, with the label
+
+
+def test_sharpe_and_sortino_are_measured_over_what_cash_earned():
+    rng = np.random.default_rng(1)
+    r = rng.normal(0.0004, 0.01, 300)
+    cash = np.full(300, math.log(1.05) / 252)  # 5% a year
+    plain, over_cash = risk_metrics(r), risk_metrics(r, risk_free=cash)
+    excess = np.expm1(r) - np.expm1(cash)
+    assert over_cash.sharpe == pytest.approx(excess.mean() / excess.std(ddof=1) * ROOT_YEAR, rel=1e-12)
+    downside = math.sqrt(np.mean(np.minimum(excess, 0.0) ** 2))
+    assert over_cash.sortino == pytest.approx(excess.mean() / downside * ROOT_YEAR, rel=1e-12)
+    assert over_cash.sharpe < plain.sharpe
+    # Growth, volatility and drawdowns are the portfolio's own, whatever cash earned.
+    assert over_cash.annualised_volatility == plain.annualised_volatility
+    assert over_cash.total_return == plain.total_return and over_cash.max_drawdown == plain.max_drawdown
+    assert risk_metrics(r, risk_free=np.zeros(300)).sharpe == plain.sharpe  # a zero rate is the old figure
