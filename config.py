@@ -54,7 +54,9 @@ class DataConfig:
     validation_days: int = 504
     """Trading days of the validation range (right after the training range); it chooses the champion."""
     gap_days: int = 0
-    """Trading days between validation and holdout that no decision trades (backtest folds use env.lookback)."""
+    """Trading days nothing earns before the holdout and, with gap_before_validation, before validation (an embargo)."""
+    gap_before_validation: bool = True
+    """data.gap_days also separates training from validation (false: only validation from holdout, as before)."""
     holdout_days: int = 252
     """Trading days of the holdout range (the last days of the data, untouched by training)."""
 
@@ -217,6 +219,8 @@ class RolloutConfig:
     """Of those, episodes run with exploration noise; the rest are noise-free and give the fitness."""
     fitness_block_every: int = 4
     """Every this-many-th block of episode_days training days gives the fitness, never the buffer; 0: no such blocks."""
+    fitness_embargo_days: int = 0
+    """Days on either side of a fitness block on which no learning episode earns (an embargo; the features span 26)."""
 
     def __post_init__(self) -> None:
         _require(self.episodes >= 1, "rollout.episodes", "must be >= 1")
@@ -227,6 +231,7 @@ class RolloutConfig:
         )
         _require(self.fitness_block_every >= 0, "rollout.fitness_block_every", "must be >= 0")
         _require(self.fitness_block_every != 1, "rollout.fitness_block_every", "must be 0 or >= 2 (1 leaves none)")
+        _require(self.fitness_embargo_days >= 0, "rollout.fitness_embargo_days", "must be >= 0")
 
     @property
     def splits_fitness_days(self) -> bool:
@@ -319,7 +324,12 @@ class RuntimeConfig:
 RENAMED_SECTIONS = {"evaluation": "rollout", "ddpg": "learner"}
 """Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads; ``--set``
 of a key by its old section's name is refused with the new one (``ddpg.gamma``: ``learner.gamma``)."""
-EARLIER_DEFAULTS = {"env.execution_delay": 0, "data.universe": "common"}
+DEFAULTS_CHOSEN_ON = (("2019-12-30", "2021-12-28"),)
+"""The date ranges of the bundled data that any default was chosen on (RESULTS.md, "Years that tuned nothing"): the
+default run's validation range, whose curves chose ``learner.gamma``, ``learner.actor_lr``, the fitness blocks and
+the frozen elites. Every other default was chosen on synthetic markets. A figure on these days uses the defaults
+in-sample, so the bundled backtest's default test years leave them out."""
+EARLIER_DEFAULTS = {"env.execution_delay": 0, "data.universe": "common", "data.gap_before_validation": False}
 """Keys added since earlier versions whose default is not what those versions did: a config document written before
 one existed (a checkpoint's config.json) ran with this value, and loads with it, so that it resumes as it ran."""
 RETIRED_KEYS = {

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config import Config, add_run_flags, conventions, flag_settings, override
+from config import DEFAULTS_CHOSEN_ON, Config, add_run_flags, conventions, flag_settings, override
 from offline.backtest import spread
 from offline.backtest.placement import (
     FOLD_THREADS,
@@ -24,7 +24,7 @@ from offline.backtest.placement import (
     visible_device,
     worker_gpus,
 )
-from offline.backtest.plan import DEFAULT_FOLDS, Fold, plan_difference, plan_document, plan_folds
+from offline.backtest.plan import DEFAULT_FOLDS, Fold, plan_difference, plan_document, plan_folds, tuned_years
 from offline.backtest.progress import FoldBoard
 from offline.backtest.report import OUTPUTS, summarise, table, write_outputs
 from offline.backtest.results import result_path, run_fold, stored_result
@@ -128,7 +128,12 @@ def _parser() -> ArgumentParser:
     )
     add_run_flags(parser)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run per seed and year (0,1,2)")
-    parser.add_argument("--folds", type=int, help=f"test years: the last FOLDS years of the data ({DEFAULT_FOLDS})")
+    parser.add_argument(
+        "--folds",
+        type=int,
+        help=f"test years: the last FOLDS years of the data ({DEFAULT_FOLDS}; of the bundled data, the last that no "
+        "default was chosen on)",
+    )
     parser.add_argument("--years", help="comma-separated test years instead of --folds")
     parser.add_argument("--checkpoint-uri", default="runs", help="local folder the backtest folder goes in (runs)")
     parser.add_argument("--name", default="backtest", help="the backtest's folder; the same name continues it")
@@ -217,6 +222,13 @@ def main(argv: Sequence[str]) -> int:
         board = FoldBoard(progress, say=say, verbose=args.verbose, speaks=ranks.is_leader)
         for note in opening.notes:
             board.say(note)
+        tuned = sorted({fold.year for fold in folds} & tuned_years(config))
+        if tuned:
+            board.say(
+                f"note: test year(s) {', '.join(map(str, tuned))} overlap the dates the defaults were chosen on "
+                f"({', '.join('..'.join(span) for span in DEFAULTS_CHOSEN_ON)}): their figures use the defaults "
+                "in-sample (RESULTS.md, Years that tuned nothing)"
+            )
         crowded = crowding_note(workers=max(workers, 1), threads=args.threads, processes=node_processes)
         if crowded is not None and device.type == "cpu" and opening.pending:
             board.say(crowded)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from config import Config, dotted, override, with_current_sections, with_earlier_defaults
+from config import DEFAULTS_CHOSEN_ON, Config, dotted, override, with_current_sections, with_earlier_defaults
 from persistence.provenance import market_fingerprint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
 from training.fitness import training_starts
@@ -18,7 +18,8 @@ from training.setup import load_market, load_table
 from utils.errors import ConfigError, InputError
 
 DEFAULT_FOLDS = 4
-"""Test years when neither ``--folds`` nor ``--years`` is given: the last four of the data."""
+"""Test years when neither ``--folds`` nor ``--years`` is given: the last four of the data (of the bundled data, the
+last four that no default was chosen on)."""
 HOW_IT_RUNS = RESUMABLE_CHANGES - {"runtime.generations"}
 """Settings a fold may continue with changed (those of a resumed run, not the length): not part of the plan."""
 
@@ -43,8 +44,9 @@ def plan_folds(
     config: Config, *, seeds: Sequence[int], years: Sequence[int] = (), folds: int | None = None
 ) -> list[Fold]:
     """One fold per test year and seed; ``years`` empty means the last ``folds`` (default 4) calendar years of the
-    data. Every test year's market is built here (on the CPU), so a plan the data cannot train is refused, naming
-    the year, before anything is written.
+    data, leaving out on the bundled data the years that overlap a range the defaults were chosen on
+    (``config.DEFAULTS_CHOSEN_ON``). Every test year's market is built here (on the CPU), so a plan the data cannot
+    train is refused, naming the year, before anything is written.
 
     Raises:
         ConfigError: a seed or year given twice, a test year the data does not hold, or one whose fold has too few
@@ -58,6 +60,7 @@ def plan_folds(
     calendar = table.dates.year
     available = sorted(set(int(y) for y in calendar))
     if not years:
+        untouched = [year for year in available if year not in tuned_years(config)]
         count = DEFAULT_FOLDS if folds is None else folds
         asked = f"--folds {folds}" if folds is not None else f"the default --folds {DEFAULT_FOLDS}"
         if count < 1:
@@ -67,7 +70,7 @@ def plan_folds(
                 f"{asked}: the data spans {len(available)} calendar years ({available[0]} to {available[-1]}); "
                 "leave one to train on (fewer --folds, or --years)"
             )
-        years = available[-count:]
+        years = untouched[-count:]
     missing = sorted(set(years) - set(available))
     if missing:
         raise ConfigError(f"test year {missing[0]} is not in the data ({available[0]} to {available[-1]})")
@@ -94,6 +97,14 @@ def plan_folds(
             seeded = override(fold_config, {"runtime.seed": seed})
             plan.append(Fold(year, seed, seeded, fingerprint, market.num_assets, market.num_features))
     return plan
+
+
+def tuned_years(config: Config) -> set[int]:
+    """The calendar years of the run's data that overlap a range any default was chosen on: of the bundled data,
+    ``config.DEFAULTS_CHOSEN_ON``'s; of a user's data, none."""
+    if config.data.path:
+        return set()
+    return {year for first, last in DEFAULTS_CHOSEN_ON for year in range(int(first[:4]), int(last[:4]) + 1)}
 
 
 def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:

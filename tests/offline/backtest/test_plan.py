@@ -81,3 +81,13 @@ def test_a_plan_of_an_earlier_version_continues_with_what_it_ran_and_another_del
     assert plan_difference(saved, plan_document(earlier, [])) is None
     changed = plan_difference(saved, plan_document(override(earlier, {"env.execution_delay": 1}), []))
     assert changed == "env.execution_delay (0 in plan.json, now 1)"
+
+
+def test_the_bundled_backtests_default_years_are_years_no_default_was_chosen_on():
+    from config import DEFAULTS_CHOSEN_ON, preset
+    from offline.backtest.plan import tuned_years
+
+    config = override(preset("smoke"), {"runtime.generations": 1})
+    assert tuned_years(config) == {2019, 2020, 2021} and DEFAULTS_CHOSEN_ON == (("2019-12-30", "2021-12-28"),)
+    assert [fold.year for fold in plan_folds(config, seeds=[0])] == [2016, 2017, 2018, 2022]
+    assert tuned_years(override(config, {"data.path": "prices.csv"})) == set()  # a user's data tuned nothing
