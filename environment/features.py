@@ -148,6 +148,7 @@ def build_market(
     validation_days: int,
     holdout_days: int,
     gap_days: int = 0,
+    gap_before_validation: bool = False,
     features: Sequence[str] = (),
     execution_delay: int = 0,
     cash_rate: float = 0.0,
@@ -158,7 +159,8 @@ def build_market(
 
     The first ``WARMUP_DAYS`` rows of the table are dropped; of the T rows left, the holdout is the
     last ``holdout_days``, then ``gap_days`` that no decision trades, validation the ``validation_days``
-    before them, and train everything before (see the time conventions in ``environment.market``).
+    before them, then (``gap_before_validation``) ``gap_days`` more, the embargo, and train everything before (see
+    the time conventions in ``environment.market``).
 
     Args:
         features: ``data.features``: built-in names and columns of ``table.columns`` (empty: the built-in ones).
@@ -183,10 +185,11 @@ def build_market(
         raise ValueError(f"gap_days and execution_delay must be >= 0, got {gap_days} and {execution_delay}")
     # The first training decision needs `lookback` days of features (day lookback - 1) and an episode
     # earns `episode_days` returns from `execution_delay` days after it, all inside train.
-    needed = WARMUP_DAYS + lookback + episode_days + execution_delay + validation_days + gap_days + holdout_days
+    gaps = 2 * gap_days if gap_before_validation else gap_days
+    needed = WARMUP_DAYS + lookback + episode_days + execution_delay + validation_days + gaps + holdout_days
     if table.num_days < needed:
         span = f" ({_iso(table.dates[0])} to {_iso(table.dates[-1])})" if table.num_days else ""
-        gap = f" + data.gap_days {gap_days}" if gap_days else ""
+        gap = f" + data.gap_days {gap_days}{' x 2' if gap_before_validation else ''}" if gap_days else ""
         delay = f" + env.execution_delay {execution_delay}" if execution_delay else ""
         raise DataError(
             f"the price data has {table.num_days} rows{span} but needs at least {needed}: "
@@ -197,12 +200,14 @@ def build_market(
 
     num_days = table.num_days - WARMUP_DAYS
     holdout_start = num_days - holdout_days
-    train_stop = holdout_start - gap_days - validation_days
+    validation_start = holdout_start - gap_days - validation_days
+    train_stop = validation_start - (gap_days if gap_before_validation else 0)
     splits = Splits(
         train=range(0, train_stop),
-        validation=range(train_stop, train_stop + validation_days),
+        validation=range(validation_start, validation_start + validation_days),
         holdout=range(holdout_start, num_days),
-        gap=range(train_stop + validation_days, holdout_start),
+        gap=range(validation_start + validation_days, holdout_start),
+        embargo=range(train_stop, validation_start),
     )
 
     names = feature_names(features)

@@ -38,14 +38,17 @@ def first_decision(split: range, execution_delay: int) -> int:
 class Splits:
     """Half-open day ranges ``[start, stop)`` of ``features``, in time order, covering every row.
 
-    ``gap`` lies between validation and holdout; no decision earns its returns. With ``len(gap)`` equal to
-    the lookback, the first holdout decision's window holds no day that training or validation traded.
+    ``embargo`` lies between training and validation, ``gap`` between validation and holdout; no decision earns
+    their returns. With ``len(gap)`` equal to the lookback plus the execution delay, the first holdout decision's
+    window holds no day that training or validation traded; likewise ``embargo`` keeps validation's features from
+    the days the gradient fitted.
     """
 
     train: range
     validation: range
     holdout: range
     gap: range = range(0)
+    embargo: range = range(0)
 
 
 @dataclass(frozen=True)

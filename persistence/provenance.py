@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from environment.market import Market
+from environment.market import Market, Splits
 
 
 def describe_device(device: torch.device) -> dict[str, str]:
@@ -50,6 +50,14 @@ def device_change_note(written: dict[str, Any] | None, current: dict[str, str]) 
     )
 
 
+def _splits_text(splits: Splits) -> str:
+    """The splits as the fingerprint reads them: without an embargo, as written before one could exist."""
+    if len(splits.embargo):
+        return repr(splits)
+    ranges = f"train={splits.train!r}, validation={splits.validation!r}, holdout={splits.holdout!r}, gap={splits.gap!r}"
+    return f"Splits({ranges})"
+
+
 def market_fingerprint(market: Market) -> str:
     """SHA-256 of everything the trainer reads from the market: a resumed run must see the same data. (The days each
     asset trades and what cash earns count where they say something: a market where all trade every day and cash
@@ -59,5 +67,5 @@ def market_fingerprint(market: Market) -> str:
     for tensor in (t for t in tensors if t is not None):
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     digest.update("\n".join(market.tickers + market.dates + market.feature_names).encode())
-    digest.update(repr(market.splits).encode())
+    digest.update(_splits_text(market.splits).encode())
     return digest.hexdigest()

@@ -46,7 +46,7 @@ class TrainingStarts(NamedTuple):
 
 
 def split_training_days(
-    train: range, *, lookback: int, episode_days: int, every: int, execution_delay: int
+    train: range, *, lookback: int, episode_days: int, every: int, execution_delay: int, embargo: int = 0
 ) -> TrainingStarts:
     """Start days of the learning episodes and of the fitness episodes on the training range.
 
@@ -55,6 +55,9 @@ def split_training_days(
     fill the replay buffer) decides on any of its days. Evolution then selects on days no gradient has fitted, so an
     agent that memorises its training days is not rewarded for it. ``every`` = 0: both are every start day.
 
+    ``embargo``: days on either side of a fitness block on which no learning episode decides either. A day's features
+    look back up to 26 days (MACD's slow average), so a learning day next to a block shares most of what its features
+    were computed from with the block's first days; the embargo keeps that overlap out of the buffer.
     """
     starts = episode_starts(train, lookback=lookback, episode_days=episode_days, execution_delay=execution_delay)
     every_start = torch.arange(starts.start, starts.stop)
@@ -66,7 +69,7 @@ def split_training_days(
         start = first - 1 - execution_delay  # its first target earns the block's first day
         if start in starts:
             fitness_starts.append(start)
-            fitness_decisions[start : start + episode_days] = True
+            fitness_decisions[max(0, start - embargo) : start + episode_days + embargo] = True
     # A learning episode decides on days start .. start + episode_days - 1: none of them may be a fitness decision.
     seen = torch.cat([torch.zeros(1, dtype=torch.long), fitness_decisions.long().cumsum(0)])
     clear = (seen[every_start + episode_days] - seen[every_start]) == 0
@@ -92,6 +95,7 @@ def training_starts(config: Config, market: Market) -> TrainingStarts:
             lookback=config.env.lookback,
             episode_days=config.env.episode_days,
             execution_delay=config.env.execution_delay,
+            embargo=rollout.fitness_embargo_days,
             every=rollout.fitness_block_every if rollout.splits_fitness_days else 0,
         )
     except ValueError as error:

@@ -95,6 +95,7 @@ def load_market(config: Config, device: torch.device) -> Market:
         validation_days=data.validation_days,
         holdout_days=data.holdout_days,
         gap_days=data.gap_days,
+        gap_before_validation=data.gap_before_validation,
         features=data.features,
         execution_delay=env.execution_delay,
         cash_rate=env.cash_rate,

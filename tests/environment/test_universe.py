@@ -133,3 +133,14 @@ def test_the_fingerprint_counts_the_universe_and_cash_only_where_they_say_someth
     paying = build_market(table(values, universe="common"), **SETTINGS, cash_rate=0.02)
     assert market_fingerprint(paying) != market_fingerprint(plain)
     assert market_fingerprint(build_market(table(listed_and_delisted()), **SETTINGS)) != market_fingerprint(plain)
+
+
+def test_an_embargo_keeps_the_validation_range_apart_from_the_days_the_gradient_fits():
+    market = build_market(table(prices(), universe="common"), **SETTINGS, gap_days=12, gap_before_validation=True)
+    splits = market.splits
+    assert len(splits.embargo) == 12 and len(splits.gap) == 12
+    assert splits.train.stop == splits.embargo.start and splits.embargo.stop == splits.validation.start
+    assert splits.validation.stop == splits.gap.start and splits.gap.stop == splits.holdout.start
+    before = build_market(table(prices(), universe="common"), **SETTINGS, gap_days=12)  # as earlier versions
+    assert len(before.splits.embargo) == 0 and before.splits.validation.start == before.splits.train.stop
+    assert before.splits.holdout == splits.holdout and before.splits.validation == splits.validation
