@@ -21,8 +21,8 @@
 # are still written, and the work folder with the logs is kept), else 0.
 #
 # Needs pytest: pip install -r requirements-dev.txt (its torch range accepts a CUDA image's own build).
-# Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (generations per timing, default 3; the first is left
-# out of the medians), GPU_SMOKE_SOAK_GENERATIONS (default 0: no soak), GPU_SMOKE_SECTIONS (some of "tests paper
+# Environment: PYTHON (default python), GPU_SMOKE_GENERATIONS (generations per timing, default 5; the medians leave out
+# the first and every generation that captured a CUDA graph: a graphed step warms up for two calls, then captures), GPU_SMOKE_SOAK_GENERATIONS (default 0: no soak), GPU_SMOKE_SECTIONS (some of "tests paper
 # default roofline backtest resume soak sharded", run in the order given, for a call that fits a device's time;
 # default all), GPU_SMOKE_WORK (folder for runs and logs, kept; default a temporary one, removed when every check
 # passed),
@@ -31,7 +31,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
-GENERATIONS="${GPU_SMOKE_GENERATIONS:-3}"
+GENERATIONS="${GPU_SMOKE_GENERATIONS:-5}"
 SOAK_GENERATIONS="${GPU_SMOKE_SOAK_GENERATIONS:-0}"
 ALL_SECTIONS="tests paper default roofline backtest resume soak sharded"
 SECTIONS="${GPU_SMOKE_SECTIONS:-$ALL_SECTIONS}"
@@ -72,23 +72,10 @@ add() {
     REPORT+="$*"$'\n'
 }
 
-# One markdown row of a run's metrics.jsonl, "| LABEL | figures | EXTRA... |": the medians over the generations after
-# the first (start-up, cold caches).
+# One markdown row of a run's metrics.jsonl, "| LABEL | figures | EXTRA... |": medians over the generations of a
+# steady run (benchmarks/smoke_figures.py: in a graphed run, only those after its capture that captured nothing).
 figures() {
-    "$PYTHON" - "$@" <<'EOF'
-import json, statistics, sys
-from pathlib import Path
-label, run_dir, extra = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
-rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-rows = rows[1:] or rows
-med = lambda key: statistics.median(r[key] for r in rows if r.get(key) is not None)
-phases = ("generation_s", "rollout_s", "validate_s", "evolve_s", "update_s", "checkpoint_s", "checkpoint_write_s",
-          "telemetry_s")
-cells = [f"{med(key):.3f}" for key in phases]
-cells.append(f"{med('env_steps_per_s'):,.0f}")
-cells.append(f"{max(r['cuda_reserved_bytes'] for r in rows) / 2**30:.2f} GiB")
-print("| " + " | ".join([label, *cells, *extra]) + " |")
-EOF
+    "$PYTHON" benchmarks/smoke_figures.py "$@"
 }
 
 # Append figures' row to ROWS (or a row that says they could not be read).
@@ -180,7 +167,8 @@ paper_timings() {
     add ""
     add "\`python benchmarks/memory_soak.py --preset paper --generations $GENERATIONS --set runtime.matmul_precision=M"
     add "--set model.bf16_encoder=B --set runtime.cuda_graphs=G --set runtime.torch_compile=C\` on the bundled data;"
-    add "seconds, the median of generations 2 to $GENERATIONS (a compiled run compiles in generation 1)."
+    add "seconds, the median of generations 2 to $GENERATIONS that captured no CUDA graph (a graphed step warms up for two"
+    add "calls and captures in the third; a compiled run compiles in the first)."
     add ""
     add "| matmul precision | bf16 encoder | CUDA graphs | torch.compile | $COLUMNS |"
     add "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -199,7 +187,8 @@ default_timings() {
     add "### A default generation: the GPU against this machine's CPU"
     add ""
     add "\`python benchmarks/memory_soak.py --generations $GENERATIONS --set runtime.device=D --set runtime.cuda_graphs=G"
-    add "--set runtime.torch_compile=C\` in one call; seconds, the median of generations 2 to $GENERATIONS."
+    add "--set runtime.torch_compile=C\` in one call; seconds, the median of generations 2 to $GENERATIONS that captured"
+    add "no CUDA graph."
     add ""
     add "| device | CUDA graphs | torch.compile | $COLUMNS |"
     add "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -16,7 +16,8 @@ What a step must be for that (the rollout's and validation's days and the update
 * every Python value it reads (a shape, a config constant, the buffer's size a draw is bounded by) is baked into the
   graph: a step whose such value changes is ``invalidate``d and captured again, into the same memory pool (the graph
   it replaces lives until then: a pool is freed with its last graph, and CUDA's allocator cannot capture into a
-  freed one);
+  freed one). The call after ``invalidate`` runs eagerly once more before the capture: a compiled function
+  (``runtime.compiled``) that meets the new value compiles then, never inside a capture, where compiling fails;
 * its random draws come from the run's device generators, registered with the graph, so each replay draws what the
   eager call would have drawn, and reseeding a generator between replays is seen.
 
@@ -78,8 +79,10 @@ class GraphedStep:
         self._graph.replay()
 
     def invalidate(self) -> None:
-        """A Python value the step reads has changed: the next call captures it again."""
+        """A Python value the step reads has changed: the next call runs eagerly (whatever it compiles, it compiles
+        there) and the one after captures the step again."""
         self._stale = True
+        self._warmed = min(self._warmed, self.warmup - 1)
 
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()

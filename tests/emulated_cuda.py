@@ -1249,6 +1249,7 @@ def emulate_cuda() -> Iterator[EmulatedCuda]:
         (cuda, "set_stream"): lambda chosen: setattr(mode.order, "current", chosen.stream_id),
         (cuda, "CUDAGraph"): lambda keep_graph=False: _Graph(mode),
         (cuda, "graph_pool_handle"): new_pool,
+        (cuda, "is_current_stream_capturing"): lambda: mode.capturing is not None,  # as torch.compile asks
         (torch.version, "cuda"): "emulated",
         (torch, "Generator"): _generator_class(torch.Generator),
         (torch.Tensor, "to"): _to,

@@ -172,3 +172,17 @@ def test_a_call_can_run_some_sections_and_an_unknown_one_is_refused_before_anyth
     assert all(line[0] == "benchmarks/memory_soak.py" for line in lines[2:])
     bad = script(cwd=tmp_path, GPU_SMOKE_SECTIONS="paper bogus")
     assert bad.returncode == 2 and "unknown section bogus" in bad.stderr and not bad.stdout
+
+
+def test_graphed_timings_come_from_the_generations_after_capture():
+    """A graphed step warms up for two calls and captures in the third: the medians leave those out, and a run
+    whose every later generation captured says so instead of passing its captures off as replays."""
+    from benchmarks.smoke_figures import steady_rows
+
+    eager = [{"generation": g, "graph_captures": 0} for g in range(1, 6)]
+    assert [r["generation"] for r in steady_rows(eager)[0]] == [2, 3, 4, 5]
+    graphed = [{"generation": g, "graph_captures": c} for g, c in zip(range(1, 6), [0, 0, 3, 0, 0], strict=True)]
+    assert steady_rows(graphed) == (graphed[3:], "")
+    filling = [{"generation": g, "graph_captures": c} for g, c in zip(range(1, 6), [0, 0, 3, 1, 1], strict=True)]
+    rows, note = steady_rows(filling)
+    assert rows == filling[3:] and "captured in every generation" in note

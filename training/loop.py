@@ -117,6 +117,7 @@ class Trainer:
             on_checkpoint=on_checkpoint,
         )
         self.timer = PhaseTimer(self.device)
+        self._captured = 0  # graphs captured before the current generation (``_captures``)
         self.telemetry = Telemetry(self.device, census_share=config.runtime.census_share)
 
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
@@ -298,10 +299,17 @@ class Trainer:
             env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,
             durations=durations,
             telemetry=telemetry,
+            graph_captures=self._captures() - self._captured,
         )
+        self._captured = self._captures()
         self.checkpoints.save(self.state(), row, waited=waited)
         self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
         return row
+
+    def _captures(self) -> int:
+        """CUDA graphs captured so far by the rollouts, validation and the update phase (``runtime.graphs``)."""
+        steps = [self.rollouts.step, self.validation.step, *self.update_phase.steps.values()]
+        return sum(step.captures for step in steps)
 
     def _check_stop(self) -> None:
         if self.sharding.ranks.any(self.should_stop()):

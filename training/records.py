@@ -27,10 +27,12 @@ MEASURED_KEYS = frozenset(
         "checkpoint_s",
         "checkpoint_write_s",
         "telemetry_s",
+        "graph_captures",
         *MEMORY_KEYS,
     }
 )
-"""Metrics that measure the machine, not the run: they differ between identical runs."""
+"""Metrics that measure the machine or how it ran the generation (timings, memory, CUDA graphs captured), not the
+run: they differ between runs that compute the same numbers."""
 
 BLOCKS = 16
 """Blocks the validation days are cut into: C(16, 8) = 12,870 CSCV splits; about six weeks a block of the
@@ -99,11 +101,13 @@ def generation_row(
     env_steps: int,
     durations: dict[str, float],
     telemetry: dict[str, int | None],
+    graph_captures: int = 0,
 ) -> dict[str, Any]:
     """The metrics row of ``generation``: ``champion`` after this generation's look, with ``champion_edge``, its edge
     on this generation's days; ``losses``: each loss the learner computed (``models.learner.Learner.loss_names``), (P,)
     each agent's mean over the updates. A critic nothing reads is not trained: its loss is then null and the row says
-    so (``critic_trained``)."""
+    so (``critic_trained``). ``graph_captures``: CUDA graphs captured in the generation (a timing of a graphed run is
+    the replays' only in a generation that captured none)."""
     popsize = len(scores.fitness)
     totals = scores.returns.totals
     validation = totals[:popsize]
@@ -145,6 +149,7 @@ def generation_row(
         "env_steps_per_s": env_steps / max(durations["rollout_s"], 1e-9),
         **durations,
         **telemetry,
+        "graph_captures": graph_captures,
     }
     row["generation_s"] = sum(durations.values())
     return row

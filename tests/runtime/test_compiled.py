@@ -121,7 +121,9 @@ def test_a_compiled_run_breaks_no_graph_recompiles_nothing_and_resumes_bit_for_b
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_a_gpu_a_compiled_graphed_run_trains_the_eager_numbers_and_resumes_bit_for_bit(tmp_path):
     """Compiled kernels replayed in CUDA graphs: the eager run's numbers to float tolerance after one generation, and
-    N + resume + M generations equal to N + M, bit for bit."""
+    N + resume + M generations equal to N + M, bit for bit. GPU only: torch.compile refuses to trace under a
+    non-infrastructure dispatch mode, which the emulated device is; what the emulated device can check of it, that
+    nothing compiles inside a capture after a recapture, ``tests/runtime/test_graphs.py`` checks."""
     cuda = {"runtime.device": "cuda", "runtime.cuda_graphs": True}
     eager = start_run(override(smoke(tmp_path / "eager", 1), {**cuda, "runtime.torch_compile": False})).trainer
     eager.run(until=1)
