@@ -663,7 +663,7 @@ def generations_to_delete(
     (at least ``latest`` itself) and those in ``protect``. Nothing at or after ``latest`` is ever deleted: a newer
     folder is a write or an upload in progress, or one a crash left before ``LATEST`` moved. Ascending.
     """
-    if type(keep_last) is not int or keep_last < 0:  # the one check: the users' value is checked by config.py
+    if type(keep_last) is not int or keep_last < 0:  # the one check: the users' value is checked by config.sections
         raise ValueError(f"keep_last must be a non-negative int, got {keep_last!r}")
     if latest is None:
         return []

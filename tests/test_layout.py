@@ -6,9 +6,10 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("utils", "environment", "models", "runtime", "persistence", "training", "offline")
+PACKAGES = ("utils", "config", "environment", "models", "runtime", "persistence", "training", "offline")
 MAY_IMPORT = {
     "utils": set(),
+    "config": {"utils"},
     "environment": {"utils"},
     "models": {"environment", "utils", "config"},
     "runtime": {"models", "utils", "config"},

@@ -15,7 +15,7 @@ import main
 from environment.features import BUILT_IN_FEATURES, FEATURE_NAMES, BuiltInFeature
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("main.py", "config.py", "models", "runtime", "persistence", "training", "offline", "utils")
+PRODUCT = ("main.py", "config", "models", "runtime", "persistence", "training", "offline", "utils")
 
 
 def test_no_module_outside_the_environment_names_a_feature():

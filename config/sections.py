@@ -1,8 +1,6 @@
-"""Typed, frozen configuration: one dataclass per concern, presets, and ``--set`` overrides.
-
-Every field carries a one-line docstring (the string literal under it); ``field_docs`` reads
-them so the command line can list every key with its meaning.
-"""
+"""The config's sections: frozen, typed dataclasses, one per concern, each field with a one-line docstring (the string
+literal under it; ``field_docs`` reads them for ``--help``), and ``Config``, which holds them. Values are checked as
+they are made (``__post_init__``) and converted to a field's type from a string or a JSON value (``coerce``)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from utils.errors import ConfigError, InputError
+from config.upgrades import RETIRED_KEYS, with_current_sections, with_earlier_defaults
+from utils.errors import ConfigError
 
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -321,25 +320,6 @@ class RuntimeConfig:
         _require(0 < self.census_share <= 1, "runtime.census_share", "must be in (0, 1]")
 
 
-RENAMED_SECTIONS = {"evaluation": "rollout", "ddpg": "learner"}
-"""Sections renamed since earlier versions, old name to new: a checkpoint's config.json of then still loads; ``--set``
-of a key by its old section's name is refused with the new one (``ddpg.gamma``: ``learner.gamma``)."""
-DEFAULTS_CHOSEN_ON = (("2019-12-30", "2021-12-28"),)
-"""The date ranges of the bundled data that any default was chosen on (RESULTS.md, "Years that tuned nothing"): the
-default run's validation range, whose curves chose ``learner.gamma``, ``learner.actor_lr``, the fitness blocks and
-the frozen elites. Every other default was chosen on synthetic markets. A figure on these days uses the defaults
-in-sample, so the bundled backtest's default test years leave them out."""
-EARLIER_DEFAULTS = {"env.execution_delay": 0, "data.universe": "common", "data.gap_before_validation": False}
-"""Keys added since earlier versions whose default is not what those versions did: a config document written before
-one existed (a checkpoint's config.json) ran with this value, and loads with it, so that it resumes as it ran."""
-RETIRED_KEYS = {
-    "runtime.compile": "torch.compile's CUDA graphs of the per-day forwards crashed on a GPU and were never measured "
-    "to pay (README, Speed)",
-}
-"""Keys of earlier versions that no longer exist, with why: a checkpoint's config.json holding one still loads (the
-key is dropped); ``--set`` of one is refused with the reason."""
-
-
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -391,127 +371,17 @@ class Config:
             if not isinstance(raw, dict):
                 raise ConfigError(f"config section {section.name!r} must be an object")
             raw = {k: v for k, v in raw.items() if f"{section.name}.{k}" not in RETIRED_KEYS}
-            section_cls = _section_types()[section.name]
+            section_cls = section_types()[section.name]
             known = {f.name for f in dataclasses.fields(section_cls)}
             unknown = sorted(set(raw) - known)
             if unknown:
                 raise ConfigError(f"unknown config key {section.name}.{unknown[0]}")
-            kwargs = {k: _coerce(f"{section.name}.{k}", _field_types(section_cls)[k], v) for k, v in raw.items()}
-            sections[section.name] = _construct(section_cls, kwargs)
+            kwargs = {k: coerce(f"{section.name}.{k}", field_types(section_cls)[k], v) for k, v in raw.items()}
+            sections[section.name] = construct(section_cls, kwargs)
         unknown = sorted(set(values) - set(sections))
         if unknown:
             raise ConfigError(f"unknown config section {unknown[0]!r}")
         return cls(**sections)
-
-
-def _smoke() -> Config:
-    """Seconds on a laptop CPU: proves the whole path runs, learns nothing worth keeping."""
-    return override(
-        Config(),
-        {
-            "data.max_assets": 6,  # a size, not a choice of tickers: the preset works with any data file
-            "data.validation_days": 126,
-            "data.holdout_days": 126,
-            "env.lookback": 16,
-            "env.episode_days": 21,
-            "model.encoder_hidden": 16,
-            "model.embedding": 8,
-            "model.head_hidden": 16,
-            "learner.batch_size": 32,
-            "learner.updates_per_generation": 4,
-            "learner.buffer_size": 20_000,
-            "learner.learning_starts": 128,
-            "evolution.popsize": 4,
-            "evolution.elites": 1,
-            "evolution.tournament_size": 2,
-            "rollout.episodes": 4,
-            "rollout.exploring_episodes": 2,
-            "runtime.generations": 3,
-        },
-    )
-
-
-def _default() -> Config:
-    """A real learning run on the bundled 20 stocks that fits in minutes on a 2-core CPU."""
-    return Config()
-
-
-def _paper() -> Config:
-    """GPU-pod scale: more agents, episodes and updates, wider networks and a million-transition buffer, with the
-    default's one-day observation."""
-    return override(
-        Config(),
-        {
-            "env.episode_days": 126,
-            "model.encoder_hidden": 256,
-            "model.embedding": 64,
-            "model.head_hidden": 256,
-            "learner.batch_size": 256,
-            "learner.updates_per_generation": 256,
-            "learner.buffer_size": 1_000_000,
-            "learner.learning_starts": 20_000,
-            "evolution.popsize": 32,
-            "evolution.elites": 4,
-            "rollout.episodes": 64,
-            "rollout.exploring_episodes": 32,
-            "runtime.generations": 200,
-            # TF32 products on CUDA tensor cores: the DDPG phase several times faster; bit-exact resume still
-            # holds on the same GPU kind, not across kinds or against the CPU (README, "Precision on a GPU").
-            "runtime.matmul_precision": "high",
-        },
-    )
-
-
-PRESETS: dict[str, typing.Callable[[], Config]] = {"smoke": _smoke, "default": _default, "paper": _paper}
-
-
-def preset(name: str) -> Config:
-    """The named preset, or a ConfigError listing the known ones."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})")
-    return PRESETS[name]()
-
-
-def override(config: Config, values: dict[str, Any]) -> Config:
-    """A copy of ``config`` with dotted keys replaced; values may be strings (from ``--set``) or typed."""
-    sections = {s.name: {} for s in dataclasses.fields(Config)}
-    for key, value in values.items():
-        _refuse_retired(key)
-        _refuse_renamed(key)
-        section_name, _, name = key.partition(".")
-        if section_name not in sections or not name:
-            raise ConfigError(f"unknown config key {key!r} (sections: {', '.join(sections)})")
-        section_cls = _section_types()[section_name]
-        types_ = _field_types(section_cls)
-        if name not in types_:
-            raise ConfigError(f"unknown config key {key!r} (keys of {section_name}: {', '.join(types_)})")
-        sections[section_name][name] = _coerce(key, types_[name], value)
-    replaced = {
-        name: _construct(type(getattr(config, name)), {**dataclasses.asdict(getattr(config, name)), **changes})
-        for name, changes in sections.items()
-        if changes
-    }
-    return dataclasses.replace(config, **replaced)
-
-
-def with_current_sections(values: dict[str, Any]) -> dict[str, Any]:
-    """A config document (``Config.to_dict``) written before a section was renamed, with its sections' new names."""
-    if not isinstance(values, dict):
-        return values
-    for old, new in RENAMED_SECTIONS.items():
-        if old in values and new not in values:
-            values = {(new if name == old else name): section for name, section in values.items()}
-    return values
-
-
-def with_earlier_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """A config document with the ``EARLIER_DEFAULTS`` of the keys it lacks (its sections' names current)."""
-    values = dict(values)
-    for key, value in EARLIER_DEFAULTS.items():
-        section, _, name = key.partition(".")
-        if isinstance(values.get(section), dict) and name not in values[section]:
-            values[section] = {**values[section], name: value}
-    return values
 
 
 def conventions(config: Config) -> dict[str, Any]:
@@ -540,103 +410,14 @@ def describe_conventions(values: dict[str, Any]) -> str:
     return f"{fills} | universe {values['universe']} | features {features} | {earns}"
 
 
-def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested dict (``Config.to_dict``, or a document holding one) as one level of dotted keys."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-RUN_FLAGS = {
-    "--data": "data.path",
-    "--benchmark": "data.benchmark",
-    "--generations": "runtime.generations",
-    "--population": "evolution.popsize",
-    "--device": "runtime.device",
-}
-"""The flags of the commands that train runs (train, backtest) that set a config key, beside --preset and --set."""
-
-
-def add_run_flags(parser: Any) -> None:
-    """``--preset``, ``--set`` and ``RUN_FLAGS`` on an ``argparse`` parser of a command that trains runs."""
-    parser.add_argument("--preset", default="default", help="smoke | default | paper (default: default)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    parser.add_argument("--data", help="price file (CSV or Parquet); default: the bundled 20 stocks")
-    parser.add_argument("--benchmark", help="the benchmark: a total-return series (a date and a level per row)")
-    parser.add_argument("--generations", type=int, help="generations of a run (with --resume: its new total)")
-    parser.add_argument("--population", type=int, help="agents in the population")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="training device")
-
-
-def flag_settings(args: Any, flags: dict[str, str] = RUN_FLAGS) -> dict[str, Any]:
-    """The dotted settings a parsed command line names, ``--set`` and ``flags`` (flag -> key) alike; a flag whose
-    value is ``None`` (absent) names nothing.
-
-    Raises:
-        InputError: a flag and a ``--set`` of its key that disagree.
-    """
-    settings: dict[str, Any] = dict(parse_assignments(args.set))
-    for flag, key in flags.items():
-        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
-        if value is None:
-            continue
-        if key in settings and coerce_setting(key, settings[key]) != coerce_setting(key, value):
-            given = flag if isinstance(value, bool) else f"{flag} {value}"
-            raise InputError(f"{given} and --set {key}={settings[key]} disagree; give one of them")
-        settings[key] = value
-    return settings
-
-
-def parse_assignments(assignments: list[str]) -> dict[str, str]:
-    """``["learner.tau=0.01", ...]`` as a dict; a malformed item is a ConfigError."""
-    parsed: dict[str, str] = {}
-    for item in assignments:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
-        parsed[key.strip()] = value.strip()
-    return parsed
-
-
-def coerce_setting(key: str, value: Any) -> Any:
-    """A dotted key's value as the config holds it (``"8"`` -> 8), or a ConfigError."""
-    _refuse_renamed(key)
-    _refuse_retired(key)
-    section_name, _, name = key.partition(".")
-    section_cls = _section_types().get(section_name)
-    types_ = _field_types(section_cls) if section_cls is not None else {}
-    if name not in types_:
-        raise ConfigError(f"unknown config key {key!r}")
-    return _coerce(key, types_[name], value)
-
-
 def field_docs() -> dict[str, str]:
     """Every dotted key with its one-line docstring, for ``--help``."""
     docs = {}
     for section in dataclasses.fields(Config):
-        section_cls = _section_types()[section.name]
+        section_cls = section_types()[section.name]
         for name, doc in _docstrings(section_cls).items():
             docs[f"{section.name}.{name}"] = doc
     return docs
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _refuse_renamed(key: str) -> None:
-    section, _, name = key.partition(".")
-    if section in RENAMED_SECTIONS and name:
-        new = RENAMED_SECTIONS[section]
-        raise ConfigError(f"config section {section} is now called {new}: {new}.{name}")
-
-
-def _refuse_retired(key: str) -> None:
-    if key in RETIRED_KEYS:
-        raise ConfigError(f"config key {key} was removed: {RETIRED_KEYS[key]}")
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -654,16 +435,16 @@ def _is_iso_date(value: str) -> bool:
     return True
 
 
-def _section_types() -> dict[str, type]:
+def section_types() -> dict[str, type]:
     return {name: hint for name, hint in typing.get_type_hints(Config).items()}
 
 
-def _field_types(section_cls: type) -> dict[str, Any]:
+def field_types(section_cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(section_cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
 
 
-def _construct(section_cls: type, kwargs: dict[str, Any]) -> Any:
+def construct(section_cls: type, kwargs: dict[str, Any]) -> Any:
     try:
         return section_cls(**kwargs)
     except TypeError as error:  # a missing or unexpected argument: report it as a config problem
@@ -678,7 +459,7 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _coerce(key: str, hint: Any, value: Any) -> Any:
+def coerce(key: str, hint: Any, value: Any) -> Any:
     """Convert ``value`` (a string from the command line, or a JSON value) to the field's type."""
     expected = _type_name(hint)
     origin = typing.get_origin(hint)
