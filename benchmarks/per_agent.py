@@ -22,6 +22,7 @@ import torch
 from environment.kernel import cash_weights, portfolio_step, with_cash
 from environment.market import Market
 from environment.observation import WindowGatherer
+from models.learner import Learner
 from models.population import Population
 from models.replay import ReplayBuffer
 
@@ -35,7 +36,7 @@ def split_population(population: Population, *, generator: torch.Generator) -> l
     agents = []
     for index in range(population.popsize):
         stdev = float(population.exploration_stdev[index])
-        agent = Population(
+        single = Learner(
             1,
             window_size,
             population.actor.model,
@@ -44,6 +45,7 @@ def split_population(population: Population, *, generator: torch.Generator) -> l
             device=template.device,
             generator=generator,
         )
+        agent = Population(1, single, generator=generator)
         with torch.no_grad():
             for single, stacked in zip(agent.learner.networks().values(), learner.networks().values()):
                 for mine, theirs in zip(single.parameters(), stacked.parameters()):

@@ -1,10 +1,13 @@
 """The learner: every agent's actor-critic update at once, DDPG or TD3, as one object.
 
 The learner owns the agents' networks (actor, critic, their targets), their optimisers and step counts, and answers
-``update(batch) -> losses``, what it saves (``agent_tensors``, ``step_counts``), what an offspring inherits
-(``inheritance``) and what it costs in memory (``models.sizing`` builds one on the meta device). Each agent's loss
-depends only on its own slice of the stacked parameters, so the sum of the per-agent losses has, for each slice,
-exactly that agent's gradient: one backward trains all P.
+for all of its parts, so that nothing outside names them: ``update(batch) -> losses`` (by ``losses``' names), its
+networks (``networks``) and every parameter (``network_tensors``), its optimisers by name (``optimisers``, whose
+``step_counts`` a checkpoint holds by that name), what it saves (``agent_tensors``), what an offspring inherits
+(``inheritance``), the methods a compiler may wrap (``compilable``) and what it costs in memory
+(``training.sizing`` builds one on the meta device). ``build_learner`` makes one from a run's config, in one place.
+Each agent's loss depends only on its own slice of the stacked parameters, so the sum of the per-agent losses has,
+for each slice, exactly that agent's gradient: one backward trains all P.
 
 As in Stable-Baselines3, DDPG is TD3 with one critic, no target policy smoothing and an actor step every update:
 
@@ -38,7 +41,7 @@ from typing import NamedTuple
 
 import torch
 
-from config import LearnerConfig, ModelConfig
+from config import Config, LearnerConfig, ModelConfig
 from environment.kernel import decision_step
 from models.networks import Actor, Critic
 from models.optim import BatchedAdam
@@ -66,6 +69,9 @@ def trains_critic(objective: str, gamma: float) -> bool:
 
 class Learner:
     """The actor-critic learner of ``agents`` agents (DDPG or TD3, ``settings.algorithm``), batched over them.
+
+    A third algorithm is a class with the same answers (``losses``, ``optimisers``, ``networks``, ``compilable``,
+    ``update``, ``inheritance``), chosen by ``learner.algorithm`` in ``build_learner``.
 
     Args:
         agents: the agents this learner holds (dim 0 of every tensor).
@@ -96,6 +102,8 @@ class Learner:
         noise_generator: torch.Generator | None = None,
     ) -> None:
         self.settings = settings
+        self.model = model
+        self.window_size = window_size
         self.cost_rate = cost_rate
         self.share = share or Share.whole(agents)
         twins = settings.algorithm == "td3"
@@ -132,6 +140,22 @@ class Learner:
         self.noise_generator = noise_generator
         self._smoothing: torch.Tensor | None = None  # TD3's target smoothing noise, this learner's rows
 
+    losses: tuple[str, ...] = ("critic", "actor")
+    """Every loss an update may report, in order (``loss_names``: those this learner's settings compute)."""
+    compilable: tuple[str, ...] = ("td_target", "critic_loss", "actor_loss", "average_targets_")
+    """The methods a compiler may wrap (``runtime.compiled``): device arithmetic on fixed shapes, nothing drawn or
+    decided on the host inside; with the optimisers' steps."""
+
+    @property
+    def optimisers(self) -> dict[str, BatchedAdam]:
+        """The optimisers by name: a checkpoint holds their step counts by it."""
+        return {"actor": self.actor_optim, "critic": self.critic_optim}
+
+    @property
+    def trained_networks(self) -> list[torch.nn.Module]:
+        """The networks the optimisers train: the actor and the critics."""
+        return [self.actor, *self.critics]
+
     @property
     def critics(self) -> list[Critic]:
         """The critics trained together: one (DDPG) or twins (TD3)."""
@@ -141,6 +165,21 @@ class Learner:
     def loss_names(self) -> tuple[str, ...]:
         """The losses ``update`` reports, in order: the critics' (when trained) and the actor's."""
         return ("critic", "actor") if self.trains_critic else ("actor",)
+
+    def loss_counts(self, updates: int) -> dict[str, int]:
+        """How many of a generation's first ``updates`` updates compute each loss (TD3's actor moves on every
+        ``policy_delay``-th)."""
+        actor = sum(self.takes_actor_step(index) for index in range(updates))
+        return {name: actor if name == "actor" else updates for name in self.loss_names}
+
+    @torch.no_grad()
+    def hold_actors_(self, held: torch.Tensor) -> None:
+        """The agents of ``held`` (bool, one per agent here) take no actor step until this is called again: their
+        actor's learning rate is scaled to 0 (the frozen elites of ``evolution.frozen_elites``); no-op without the
+        per-agent scale."""
+        scale = self.actor_optim.lr_scale
+        if scale is not None:
+            scale.copy_(~held)
 
     def takes_actor_step(self, update: int) -> bool:
         """Whether the ``update``-th update of a generation (0-based) moves the actor and the targets (TD3: every
@@ -273,21 +312,27 @@ class Learner:
     def agent_tensors(self) -> dict[str, torch.Tensor]:
         """Every stacked tensor of the learner (dim 0 = agent), by checkpoint key: the networks' parameters and both
         optimisers' moments (``actor_optim.exp_avg.<name>``, ...; the twin critic's names start with ``twin.``)."""
-        out = {
+        out = self.network_tensors()
+        names = self.optimised_names()
+        for name, optim in self.optimisers.items():
+            out.update({f"{name}_optim.{key}": tensor for key, tensor in optim.state_tensors(names[name]).items()})
+        return out
+
+    def optimised_names(self) -> dict[str, list[str]]:
+        """Each optimiser's parameters' names, in its order (the keys of its moments in ``agent_tensors``)."""
+        return {"actor": self._names(self.actor), "critic": self._critic_names()}
+
+    def step_counts(self) -> dict[str, torch.Tensor]:
+        """Each optimiser's steps (0-dim float64 on the device), by the optimiser's name."""
+        return {name: optim.step_count for name, optim in self.optimisers.items()}
+
+    def network_tensors(self) -> dict[str, torch.Tensor]:
+        """Every network's parameters (dim 0 = agent), by checkpoint key (``agent_tensors`` without the moments)."""
+        return {
             f"{prefix}.{name}": tensor
             for prefix, module in self.networks().items()
             for name, tensor in module.named_parameters()
         }
-        for prefix, optim, names in (
-            ("actor_optim", self.actor_optim, self._names(self.actor)),
-            ("critic_optim", self.critic_optim, self._critic_names()),
-        ):
-            out.update({f"{prefix}.{key}": tensor for key, tensor in optim.state_tensors(names).items()})
-        return out
-
-    def step_counts(self) -> dict[str, torch.Tensor]:
-        """Each optimiser's steps (0-dim float64 on the device), by name."""
-        return {"actor": self.actor_optim.step_count, "critic": self.critic_optim.step_count}
 
     def inheritance(self) -> Inheritance:
         """What an offspring inherits: its actor blended (``blended``); from the parent, the actor's moments and,
@@ -315,3 +360,33 @@ class Learner:
         if self.twin_critic is not None:
             names += [f"twin.{name}" for name in self._names(self.twin_critic)]
         return names
+
+
+LEARNERS: dict[str, type[Learner]] = {"ddpg": Learner, "td3": Learner}
+"""The learner of each ``learner.algorithm``: DDPG and TD3 are one class (TD3's parts switched on by the setting)."""
+
+
+def build_learner(
+    config: Config,
+    window_size: int,
+    *,
+    agents: int,
+    device: torch.device | str,
+    generator: torch.Generator,
+    share: Share | None = None,
+    noise_generator: torch.Generator | None = None,
+) -> Learner:
+    """A run's learner for ``agents`` agents (``share``: of a larger population), from its config: the one place the
+    config's sections become a learner's arguments (the population, sizing and inspection all build theirs here)."""
+    return LEARNERS[config.learner.algorithm](
+        agents,
+        window_size,
+        config.model,
+        config.learner,
+        cost_rate=config.env.cost_rate,
+        device=device,
+        generator=generator,
+        share=share,
+        per_agent_lr=config.evolution.frozen_elites,
+        noise_generator=noise_generator,
+    )

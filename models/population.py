@@ -11,10 +11,8 @@ import math
 
 import torch
 
-from config import LearnerConfig, ModelConfig
 from models.learner import Learner
 from models.networks import Actor
-from models.share import Share
 
 
 class Population:
@@ -22,47 +20,21 @@ class Population:
 
     Args:
         popsize: P.
-        window_size: L * K values per asset window.
-        model: the networks' widths and encoder precision (``config.ModelConfig``).
-        learning: the learner's settings (``config.LearnerConfig``).
-        cost_rate: the environment's, for the learner's ``model`` objective.
-        device: where every tensor lives.
-        generator: draws the initial parameters.
-        share: the agents held here when the population is split (``models.share``, by ``runtime.sharding``);
-            all of them by default. Tensors then have ``share.agents`` rows, drawn as those of a whole population.
-        frozen_elites: the actors' optimiser takes a per-agent learning-rate scale (``evolution.frozen_elites``).
-        noise_generator: the learner's device stream for the randomness of its updates (``models.learner``).
+        learner: the agents' learner (``models.learner.build_learner``), holding ``learner.share.agents`` of the P when
+            the population is split (``models.share``, by ``runtime.sharding``), their tensors drawn as those of a
+            whole population.
+        generator: draws the champion's initial parameters, after the learner's (the stream that drew them).
     """
 
-    def __init__(
-        self,
-        popsize: int,
-        window_size: int,
-        model: ModelConfig,
-        learning: LearnerConfig,
-        *,
-        cost_rate: float = 0.0,
-        device: torch.device | str,
-        generator: torch.Generator,
-        share: Share | None = None,
-        frozen_elites: bool = False,
-        noise_generator: torch.Generator | None = None,
-    ) -> None:
+    def __init__(self, popsize: int, learner: Learner, *, generator: torch.Generator) -> None:
         self.popsize = popsize
-        self.share = share or Share.whole(popsize)
-        self.device = torch.device(device)
-        self.learner = Learner(
-            self.share.agents,
-            window_size,
-            model,
-            learning,
-            cost_rate=cost_rate,
-            device=device,
-            generator=generator,
-            share=self.share,
-            per_agent_lr=frozen_elites,
-            noise_generator=noise_generator,
-        )
+        self.learner = learner
+        self.share = learner.share
+        if self.share.popsize != popsize:
+            raise ValueError(f"the learner holds agents of a population of {self.share.popsize}, not {popsize}")
+        device = learner.actor.encoder.mlp.layers[0].weight.device
+        self.device = device
+        learning, window_size, model = learner.settings, learner.window_size, learner.model
         self.champion = Actor(1, window_size, model).to(device)
         with torch.no_grad():
             self.champion.reset_parameters(generator)

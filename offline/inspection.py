@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from config import Config, conventions, describe_conventions
+from models.learner import build_learner
 from offline.plots import plot_history
 from offline.stored import TARGET_HELP, Located, locate
 from persistence import checkpoint, run_folder
@@ -51,8 +52,8 @@ from utils.telemetry import format_bytes
 EXIT_OK = 0
 EXIT_INCOMPLETE = 2
 
-PARAMETER_PREFIXES: tuple[str, ...] = ("actor.", "critic.", "actor_target.", "critic_target.", "champion.")
-"""Population tensors that are network parameters (``params_sha256`` hashes these and nothing else)."""
+CHAMPION = "champion"
+"""The champion's actor's tensors start with this name; the agents' networks with their learner's names."""
 
 HISTORY_ROWS = 20
 """Most rows of the human history table; longer histories are elided in the middle."""
@@ -64,21 +65,46 @@ _LABEL = 12  # width of the human report's left column
 # What the generation holds
 
 
-def params_sha256(tensors: dict[str, torch.Tensor]) -> str:
+def networks_of(config: dict[str, Any] | None, tensors: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    """The names of every network of the run's agents and of those the optimisers train, as the run's learner gives
+    them (``models.learner.Learner.networks``, built from the run's config on the meta device, where it allocates
+    nothing: its parameters' names do not depend on the data). Without a readable config, every name of the
+    population's tensors but the optimisers' moments (``<name>_optim.``), the exploration stdevs and the champion."""
+    learner = None
+    if config is not None:
+        try:
+            run_config = Config.from_dict(config)
+        except (ConfigError, TypeError, ValueError):
+            run_config = None
+        if run_config is not None:
+            meta = torch.device("meta")
+            learner = build_learner(run_config, 1, agents=1, device=meta, generator=torch.Generator())
+    if learner is not None:
+        trained = [name for name, module in learner.networks().items() if module in learner.trained_networks]
+        return list(learner.networks()), trained
+    names = {key.split(".", 1)[0] for key in tensors}
+    names = sorted(n for n in names if not n.endswith("_optim") and n not in (CHAMPION, "exploration_stdev"))
+    return names, [n for n in names if not n.endswith("_target")]
+
+
+def params_sha256(tensors: dict[str, torch.Tensor], networks: Sequence[str]) -> str:
     """SHA-256 over every network parameter of a population checkpoint, as a lowercase hex string.
 
-    Exactly: take the keys of ``tensors`` that start with ``actor.``, ``critic.``, ``actor_target.``,
-    ``critic_target.`` or ``champion.`` (so no optimiser moments, ``actor_optim.*`` / ``critic_optim.*``, and no
-    ``exploration_stdev``), sort them as Python ``str`` (by code point), and for each key feed the SHA-256 first
-    the key's UTF-8 bytes, then the tensor's raw element bytes: the CPU tensor, contiguous, in row-major order,
-    each element in little-endian byte order (the bytes safetensors stores). No separators, shapes or dtypes
-    are hashed.
+    Exactly: take the keys of ``tensors`` that start with one of the ``networks``' names and a dot (the learner's
+    networks, ``networks_of``: for DDPG ``actor``, ``critic``, ``actor_target``, ``critic_target``; TD3 adds
+    ``twin_critic`` and ``twin_critic_target``), or with ``champion.`` (so no optimiser moments, ``actor_optim.*`` /
+    ``critic_optim.*``, and no ``exploration_stdev``), sort them as Python ``str`` (by code point), and for each key
+    feed the SHA-256 first the key's UTF-8 bytes, then the tensor's raw element bytes: the CPU tensor, contiguous, in
+    row-major order, each element in little-endian byte order (the bytes safetensors stores). No separators, shapes
+    or dtypes are hashed.
 
     Args:
         tensors: The ``population`` tensor group of a checkpoint (``Population.state_tensors()`` keys).
+        networks: the names of the agents' networks.
     """
+    prefixes = tuple(f"{name}." for name in (*networks, CHAMPION))
     digest = hashlib.sha256()
-    for key in sorted(k for k in tensors if k.startswith(PARAMETER_PREFIXES)):
+    for key in sorted(k for k in tensors if k.startswith(prefixes)):
         digest.update(key.encode("utf-8"))
         digest.update(_little_endian_bytes(tensors[key]))
     return digest.hexdigest()
@@ -134,22 +160,29 @@ def _run_config(located: Located, state: Any, notes: list[str]) -> dict[str, Any
     return config if isinstance(config, dict) else None
 
 
-def _population_summary(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+def _population_summary(tensors: dict[str, torch.Tensor], networks: list[str], trained: list[str]) -> dict[str, Any]:
+    """The population's size and each agent's parameters: every network's (the learner's names), and the total of
+    those the optimisers train."""
     popsize = tensors["exploration_stdev"].shape[0] if "exploration_stdev" in tensors else None
     if popsize is None:
-        popsize = next((t.shape[0] for k, t in tensors.items() if k.startswith("actor.")), 0)
+        popsize = next((t.shape[0] for k, t in tensors.items() if k.startswith(f"{networks[0]}.")), 0)
 
-    def per_agent(prefix: str) -> int:
-        total = sum(t.numel() for k, t in tensors.items() if k.startswith(prefix))
+    def per_agent(name: str) -> int:
+        total = sum(t.numel() for k, t in tensors.items() if k.startswith(f"{name}."))
         return total // popsize if popsize else 0
 
-    actor, critic = per_agent("actor."), per_agent("critic.")
+    per_network = {name: per_agent(name) for name in networks}
     return {
         "popsize": int(popsize),
-        "actor_parameters_per_agent": actor,
-        "critic_parameters_per_agent": critic,
-        "parameters_per_agent": actor + critic,
+        "parameters_per_network": per_network,
+        "trained_networks": trained,
+        "parameters_per_agent": sum(per_network[name] for name in trained),
     }
+
+
+def _trained_counts(population: dict[str, Any]) -> str:
+    per_network = population["parameters_per_network"]
+    return " + ".join(f"{name} {_count(per_network[name])}" for name in population["trained_networks"])
 
 
 def _section(config: dict[str, Any] | None, name: str) -> dict[str, Any]:
@@ -184,6 +217,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
     rows = [row for row in history if isinstance(row, dict)] if isinstance(history, list) else []
     tensors = _read_population(located, notes)
     config = _run_config(located, state, notes)
+    networks, trained = networks_of(config, tensors or {})
 
     last = rows[-1] if rows else {}
     champion_score = state.get("champion_score", last.get("champion_score"))
@@ -192,7 +226,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
     tickers = state.get("tickers") or data.get("tickers") or []
     population = None
     if tensors is not None:
-        population = _population_summary(tensors)
+        population = _population_summary(tensors, networks, trained)
         for key in ("best_fitness", "mean_fitness", "worst_fitness", "validation_best", "validation_mean"):
             population[key] = _number(last.get(key))
 
@@ -224,7 +258,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
         "problems": located.problems + notes,
         "complete_generations": located.complete_generations,
         "broken_generations": located.broken,
-        "params_sha256": None if tensors is None else params_sha256(tensors),
+        "params_sha256": None if tensors is None else params_sha256(tensors, networks),
         "champion_score": _number(champion_score),
         "champion_generation": champion_generation,
         "selection": selection_verdict(last, validation_days=data.get("validation_days")) if last else None,
@@ -391,8 +425,8 @@ def format_report(report: dict[str, Any]) -> str:
             _line(
                 "population",
                 f"{population['popsize']} agents x {_count(population['parameters_per_agent'])} parameters "
-                f"(actor {_count(population['actor_parameters_per_agent'])} + critic "
-                f"{_count(population['critic_parameters_per_agent'])}; targets and Adam moments not counted)",
+                f"({_trained_counts(population)}; "
+                "targets and Adam moments not counted)",
             )
         )
         lines.append(

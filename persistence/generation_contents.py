@@ -82,8 +82,7 @@ STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "champion_score": (_NUMBER, True),
     "champion_generation": (_INT, False),
     "champion_bound": (_NUMBER, False),
-    "actor_optim_steps": (_INT, False),
-    "critic_optim_steps": (_INT, False),
+    "optimiser_steps": ((dict,), False),
     "market_fingerprint": ((str,), False),
     "tickers": ((list,), False),
     "splits": ((dict,), False),
@@ -96,15 +95,22 @@ OPTIONAL_TYPES: dict[str, type] = {"device": dict}
 # checkpoint group holds now, and such a document still loads.
 RENAMED_KEYS = {"champion_edge": "champion_bound"}
 """Keys renamed since earlier versions, old name to new (the champion's bound was called its edge)."""
+OPTIMISER_STEP_KEYS = {"actor_optim_steps": "actor", "critic_optim_steps": "critic"}
+"""Earlier versions wrote each optimiser's step count as a key of its own; ``optimiser_steps`` holds them by the
+names the learner gives its optimisers (``models.learner.Learner.optimisers``)."""
 
 
 def upgraded(state: Any) -> Any:
-    """A state document of an earlier version with its keys renamed as this version names them."""
+    """A state document of an earlier version with its keys as this version names them."""
     if not isinstance(state, dict):
         return state
-    return {
+    state = {
         RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) not in state else key: value for key, value in state.items()
     }
+    if "optimiser_steps" not in state and set(OPTIMISER_STEP_KEYS) <= state.keys():
+        steps = {name: state.pop(key) for key, name in OPTIMISER_STEP_KEYS.items()}
+        state["optimiser_steps"] = steps
+    return state
 
 
 def build_state(**values: Any) -> dict[str, Any]:
@@ -149,6 +155,9 @@ def state_problem(state: Any, generation: int) -> str | None:
         return f"names champion generation {state['champion_generation']}, after generation {generation}"
     if not all(isinstance(ticker, str) for ticker in state["tickers"]):
         return "'tickers' holds a value that is not a string"
+    for name, steps in state["optimiser_steps"].items():
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            return f"'optimiser_steps' gives {name!r} {steps!r:.40}, not a count"
     return None
 
 

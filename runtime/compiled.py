@@ -3,11 +3,11 @@
 Once the launches are graphed (``runtime.graphs``), a large update is bound by the bytes its unfused kernels move:
 each bias add, activation, optimiser pass and Polyak average reads and writes its tensors again. Compiling fuses
 them. As LeanRL wraps CleanRL's update, the algorithm's code is left as it reads and its functions are replaced here,
-on the objects that own them, by compiled versions: the learner's losses (``td_target``, ``critic_loss``,
-``actor_loss``, which take in the networks and the portfolio step), its optimisers' steps and the targets' average,
-and each acting actor's two parts (``features`` and ``decide``, ``models.networks``). What is drawn at random (the
-replay batch, the exploration and smoothing noise) and what the host decides stay outside, so a compiled function is
-device arithmetic on fixed shapes:
+on the objects that own them, by compiled versions: the methods the learner names as compilable
+(``Learner.compilable``: its losses, which take in the networks and the portfolio step, and the targets' average),
+its optimisers' steps, and each acting actor's two parts (``features`` and ``decide``, ``models.networks``). What is
+drawn at random (the replay batch, the exploration and smoothing noise) and what the host decides stay outside, so a
+compiled function is device arithmetic on fixed shapes:
 
 * ``fullgraph=True``: a graph break is an error, not a silent fall-back to Python;
 * ``dynamic=False``: each function compiles once for each shape it meets (a few, all in the first generations);
@@ -65,10 +65,10 @@ class Compilation:
         return torch.compile(fn, fullgraph=True, dynamic=False) if self.enabled else fn
 
     def learner_(self, learner: Learner) -> None:
-        """Compile the learner's losses, its optimisers' steps and its targets' average, in place."""
-        for name in ("td_target", "critic_loss", "actor_loss", "average_targets_"):
+        """Compile what the learner names compilable (``Learner.compilable``) and its optimisers' steps, in place."""
+        for name in learner.compilable:
             setattr(learner, name, self.function(getattr(learner, name)))
-        for optim in (learner.actor_optim, learner.critic_optim):
+        for optim in learner.optimisers.values():
             optim.step = self.function(optim.step)
 
     def actor_(self, actor: Actor) -> None:

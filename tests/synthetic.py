@@ -49,18 +49,23 @@ def make_population(
     """A small Population on the CPU (``slots``: the ones held here of a split population; ``model``:
     its networks' ``ModelConfig``, by default all ``width`` wide; ``learning``: ``LearnerConfig`` fields)."""
     from config import LearnerConfig, ModelConfig
+    from models.learner import Learner
     from models.population import Population
     from models.share import Share
 
-    return Population(
-        popsize,
+    generator = torch.Generator().manual_seed(seed)
+    share = Share(popsize, slots) if slots is not None else Share.whole(popsize)
+    learner = Learner(
+        share.agents,
         window_size,
         model or ModelConfig(encoder_hidden=width, embedding=width, head_hidden=width),
         LearnerConfig(**{"actor_lr": 1e-3, "critic_lr": 1e-3, **learning}),
         device="cpu",
-        generator=torch.Generator().manual_seed(seed),
-        share=None if slots is None else Share(popsize, slots),
+        cost_rate=0.0,
+        generator=generator,
+        share=share,
     )
+    return Population(popsize, learner, generator=generator)
 
 
 def random_simplex(*shape: int, generator: torch.Generator) -> torch.Tensor:

@@ -59,7 +59,7 @@ class TrainerState(NamedTuple):
     population: dict[str, torch.Tensor]
     """Every agent tensor and the champion's, by checkpoint key (``Population.state_tensors``)."""
     optimiser_steps: dict[str, torch.Tensor]
-    """The ``actor`` and ``critic`` optimisers' step counts (``BatchedAdam.step_count``)."""
+    """Each optimiser's step count (``BatchedAdam.step_count``), by the name the learner gives it."""
     buffer: ReplayState
     streams: dict[str, torch.Tensor]
     """The host random streams' states (``training.streams.HOST_STREAMS``)."""
@@ -119,8 +119,7 @@ class Checkpointing:
             champion_score=state.champion.score if math.isfinite(state.champion.score) else None,
             champion_generation=state.champion.generation,
             champion_bound=state.champion.bound,
-            actor_optim_steps=int(optimiser_steps["actor"]),
-            critic_optim_steps=int(optimiser_steps["critic"]),
+            optimiser_steps={name: int(steps) for name, steps in optimiser_steps.items()},
             market_fingerprint=self.fingerprint,
             tickers=list(market.tickers),
             splits={  # first and last day of each range, as dates
@@ -254,8 +253,8 @@ class Checkpointing:
             ),
             population=tensors[POPULATION],
             optimiser_steps={
-                "actor": torch.tensor(float(document["actor_optim_steps"]), dtype=torch.float64),
-                "critic": torch.tensor(float(document["critic_optim_steps"]), dtype=torch.float64),
+                name: torch.tensor(float(steps), dtype=torch.float64)
+                for name, steps in document["optimiser_steps"].items()
             },
             buffer=buffer,
             streams={name: tensors[STREAMS][name] for name in HOST_STREAMS if name in tensors[STREAMS]},

@@ -294,6 +294,7 @@ class Trainer:
             champion_edge=float(scores.edges[champion_slot]),
             elites=[int(i) for i in torch.nonzero(plan.elite).flatten()],
             losses=losses,
+            loss_names=self.population.learner.losses,
             updates=updates,
             buffer_size=len(self.buffer),
             env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,
@@ -353,5 +354,7 @@ class Trainer:
                     f"{state.source}/{name}.safetensors does not fit the run's config: {error}"
                 ) from None
         for name, count in population.learner.step_counts().items():
+            if name not in state.optimiser_steps:
+                raise CheckpointError(f"{state.source}/state.json has no step count of the {name} optimiser")
             count.fill_(float(state.optimiser_steps[name]))
         self.generation, self.champion = state.generation, state.champion

@@ -11,6 +11,7 @@ import torch
 from config import Config
 from environment.market import Market
 from environment.observation import WindowGatherer, window_size
+from models.learner import build_learner
 from models.population import Population
 from models.replay import ReplayBuffer
 from models.share import Share
@@ -52,18 +53,17 @@ def build_population(
 ) -> Population:
     """The run's population as its seed initialises it (``generators``: ``training.streams.make_generators``): a
     run's start, and the untrained baseline ``evaluate`` and the backtest score."""
-    return Population(
-        config.evolution.popsize,
+    popsize = config.evolution.popsize
+    learner = build_learner(
+        config,
         window_size,
-        config.model,
-        config.learner,
-        cost_rate=config.env.cost_rate,
+        agents=share.agents if share is not None else popsize,
         device=device,
         generator=generators["init"],
         share=share,
-        frozen_elites=config.evolution.frozen_elites,
         noise_generator=generators["replay"],
     )
+    return Population(popsize, learner, generator=generators["init"])
 
 
 def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> LoopParts:

@@ -96,6 +96,7 @@ def generation_row(
     champion_edge: float,
     elites: list[int],
     losses: dict[str, torch.Tensor],
+    loss_names: tuple[str, ...],
     updates: int,
     buffer_size: int,
     env_steps: int,
@@ -105,9 +106,10 @@ def generation_row(
 ) -> dict[str, Any]:
     """The metrics row of ``generation``: ``champion`` after this generation's look, with ``champion_edge``, its edge
     on this generation's days; ``losses``: each loss the learner computed (``models.learner.Learner.loss_names``), (P,)
-    each agent's mean over the updates. A critic nothing reads is not trained: its loss is then null and the row says
-    so (``critic_trained``). ``graph_captures``: CUDA graphs captured in the generation (a timing of a graphed run is
-    the replays' only in a generation that captured none)."""
+    each agent's mean over the updates, and ``loss_names`` every loss it may report (``Learner.losses``): the row has
+    ``<name>_loss`` for each, null where it was not computed (no update yet, or a loss the settings never compute:
+    ``not_computed`` names those, as a critic nothing reads is not trained). ``graph_captures``: CUDA graphs captured
+    in the generation (a timing of a graphed run is the replays' only in a generation that captured none)."""
     popsize = len(scores.fitness)
     totals = scores.returns.totals
     validation = totals[:popsize]
@@ -140,9 +142,8 @@ def generation_row(
         "champion_bound": champion.bound,
         "champion_generation": champion.generation,
         "elites": elites,
-        "critic_loss": float(losses["critic"].mean()) if "critic" in losses and updates else None,
-        "critic_trained": "critic" in losses,
-        "actor_loss": float(losses["actor"].mean()),
+        **{f"{name}_loss": float(losses[name].mean()) if name in losses and updates else None for name in loss_names},
+        "not_computed": [name for name in loss_names if name not in losses],
         "updates": updates,
         "buffer_size": buffer_size,
         "env_steps": env_steps,

@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from config import Config
 from environment.market import Market
 from environment.observation import Observation, window_size
-from models.learner import Learner
+from models.learner import Learner, build_learner
 from models.replay import ReplayBatch
 from training import rollout as rollout_module
 from utils.errors import ConfigError
@@ -103,9 +103,9 @@ class LearnerValues(NamedTuple):
 def learner_values(config: Config, window: int) -> LearnerValues:
     """What one agent's learner holds, read off a real learner of one agent on the meta device (no memory)."""
     learner = _learner(config, window, agents=1, device=torch.device("meta"))
-    trained = [p for module in (learner.actor, *learner.critics) for p in module.parameters()]
+    trained = [p for module in learner.trained_networks for p in module.parameters()]
     actor = [p.numel() for p in learner.actor.parameters()]
-    networks = sum(p.numel() for module in learner.networks().values() for p in module.parameters())
+    networks = sum(p.numel() for p in learner.network_tensors().values())
     tensors = [t.numel() for t in learner.agent_tensors().values()]
     return LearnerValues(networks, sum(p.numel() for p in trained), sum(actor), max(actor), tensors, actor)
 
@@ -122,16 +122,9 @@ def population_bytes(config: Config, window: int, *, agents: int) -> dict[str, i
 
 
 def _learner(config: Config, window: int, *, agents: int, device: torch.device) -> Learner:
-    return Learner(
-        agents,
-        window,
-        config.model,
-        config.learner,
-        cost_rate=config.env.cost_rate,
-        device=device,
-        generator=torch.Generator(),
-        per_agent_lr=config.evolution.frozen_elites,
-        noise_generator=torch.Generator(device=device) if device.type != "meta" else None,
+    noise = torch.Generator(device=device) if device.type != "meta" else None
+    return build_learner(
+        config, window, agents=agents, device=device, generator=torch.Generator(), noise_generator=noise
     )
 
 

@@ -85,9 +85,8 @@ class UpdatePhase:
         actors take no step this generation (evolution's elites, ``evolution.frozen_elites``), applied at the learner's
         edge as a learning-rate scale of 0."""
         self.loss_sums.zero_()
-        scale = self.learner.actor_optim.lr_scale
-        if scale is not None and frozen is not None:
-            scale.copy_(~frozen)
+        if frozen is not None:
+            self.learner.hold_actors_(frozen)
         if self.buffer.size != self._sampled_size:  # a Python value of the graphs: capture the updates again
             for step in self.steps.values():
                 step.invalidate()
@@ -98,9 +97,8 @@ class UpdatePhase:
         self.steps[self.learner.takes_actor_step(index)]()
 
     def updates_counted(self, updates: int) -> dict[str, int]:
-        """How many of ``updates`` updates computed each loss (TD3's actor moves on every ``policy_delay``-th)."""
-        actor = sum(self.learner.takes_actor_step(index) for index in range(updates))
-        return {name: actor if name == "actor" else updates for name in self.loss_names}
+        """How many of ``updates`` updates computed each loss (``Learner.loss_counts``)."""
+        return self.learner.loss_counts(updates)
 
     def step(self, actor_step: bool = True) -> dict[str, torch.Tensor]:
         """One batch per agent from the buffer, one update of all agents; the (P,) losses, not summed."""

@@ -32,8 +32,6 @@ _TAGS: dict[str, str] = {
     "validation_mean": "validation/mean",
     "champion_score": "validation/champion",
     "champion_generation": "validation/champion_generation",
-    "critic_loss": "loss/critic",
-    "actor_loss": "loss/actor",
     "env_steps_per_s": "speed/env_steps_per_s",
     **{key: f"memory/{key}" for key in (*MEMORY_KEYS, "replay_bytes", "replay_transitions")},
 }
@@ -55,6 +53,8 @@ def _finite(value: Any) -> float | None:
 def _tag(key: str) -> str:
     if key in _TAGS:
         return _TAGS[key]
+    if key.endswith("_loss"):  # each loss the learner reports, by its name
+        return f"loss/{key.removesuffix('_loss')}"
     return f"time/{key}" if key.endswith("_s") else f"other/{key}"
 
 

@@ -10,6 +10,7 @@ import torch
 
 from config import LearnerConfig, ModelConfig
 from environment.observation import Observation
+from models.learner import Learner
 from models.networks import Actor, Critic
 from models.population import Population
 from tests.synthetic import random_simplex
@@ -20,14 +21,12 @@ EXPLORATION = (0.05, 0.8)
 
 
 def _population(seed: int = 0, popsize: int = P) -> Population:
-    return Population(
-        popsize,
-        WINDOW,
-        WIDTHS,
-        LearnerConfig(actor_lr=1e-3, critic_lr=1e-3, exploration_min=EXPLORATION[0], exploration_max=EXPLORATION[1]),
-        device="cpu",
-        generator=torch.Generator().manual_seed(seed),
+    generator = torch.Generator().manual_seed(seed)
+    settings = LearnerConfig(
+        actor_lr=1e-3, critic_lr=1e-3, exploration_min=EXPLORATION[0], exploration_max=EXPLORATION[1]
     )
+    learner = Learner(popsize, WINDOW, WIDTHS, settings, cost_rate=0.0, device="cpu", generator=generator)
+    return Population(popsize, learner, generator=generator)
 
 
 @torch.no_grad()

@@ -64,10 +64,11 @@ def flip_byte(path: Path, offset: int = -10) -> None:
     path.write_bytes(bytes(data))
 
 
-def independent_params_sha256(population_file: Path) -> str:
-    """The documented digest, from the file's bytes through numpy (no torch, no project code)."""
+def independent_params_sha256(population_file: Path, *, twins: bool = False) -> str:
+    """The documented digest, from the file's bytes through numpy (no torch, no project code); ``twins``: TD3's."""
     arrays = safetensors.numpy.load_file(str(population_file))
     prefixes = ("actor.", "critic.", "actor_target.", "critic_target.", "champion.")
+    prefixes += ("twin_critic.", "twin_critic_target.") if twins else ()
     digest = hashlib.sha256()
     for key in sorted(k for k in arrays if k.startswith(prefixes)):
         digest.update(key.encode())
@@ -118,7 +119,8 @@ def test_json_report_of_a_run_folder(capsys, smoke_run):
     assert population["popsize"] == config["evolution"]["popsize"]
     tensors = checkpoint.read_tensors(checkpoint.open_generation(gen_dir), "population")
     actor_total = sum(t.numel() for k, t in tensors.items() if k.startswith("actor."))
-    assert population["actor_parameters_per_agent"] * population["popsize"] == actor_total
+    assert population["parameters_per_network"]["actor"] * population["popsize"] == actor_total
+    assert population["trained_networks"] == ["actor", "critic"]  # DDPG's, as its learner names them
     assert population["best_fitness"] == history[-1]["best_fitness"]
 
 
@@ -137,14 +139,15 @@ def test_params_sha256_covers_parameters_only():
         "actor_optim.exp_avg.w": torch.ones(2, 3),
         "exploration_stdev": torch.ones(2),
     }
-    base = inspection.params_sha256(tensors)
-    assert base == inspection.params_sha256(dict(reversed(tensors.items())))  # key order does not matter
+    networks = ["actor", "critic", "actor_target", "critic_target"]
+    base = inspection.params_sha256(tensors, networks)
+    assert base == inspection.params_sha256(dict(reversed(tensors.items())), networks)  # key order does not matter
     moved = {**tensors, "actor_optim.exp_avg.w": torch.zeros(2, 3), "exploration_stdev": torch.zeros(2)}
-    assert inspection.params_sha256(moved) == base
+    assert inspection.params_sha256(moved, networks) == base
     transposed = tensors["actor.w"].t().contiguous().t()  # the same values, not contiguous
-    assert inspection.params_sha256({**tensors, "actor.w": transposed}) == base
+    assert inspection.params_sha256({**tensors, "actor.w": transposed}, networks) == base
     for key in ("actor.w", "critic.w", "actor_target.w", "critic_target.w", "champion.w"):
-        assert inspection.params_sha256({**tensors, key: tensors[key] + 1}) != base
+        assert inspection.params_sha256({**tensors, key: tensors[key] + 1}, networks) != base
     expected = hashlib.sha256()
     for key in sorted(k for k in tensors if not k.startswith(("actor_optim", "exploration"))):
         expected.update(key.encode() + tensors[key].numpy().tobytes())
@@ -414,3 +417,25 @@ def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path
     assert "no agent proven: " in line and ("validation days" in line or "worth its costs" in line), line
     status, out, _ = inspect(capsys, tmp_path / "ew", "--json")
     assert json.loads(out)["selection"] == line.removeprefix("selection").strip()
+
+
+def test_a_td3_checkpoint_is_hashed_and_counted_with_its_twin_critic(capsys, tmp_path):
+    """Every network of the learner counts: two TD3 checkpoints that differ only in the twin critic hash apart, and
+    its parameters are counted as trained."""
+    run = ["--preset", "smoke", "--generations", "1", "--checkpoint-uri", str(tmp_path), "--run-name", "td3"]
+    run += ["--no-progress", "--device", "cpu", "--set", "learner.algorithm=td3", "--set", "learner.gamma=0.9"]
+    assert main.main(run) == 0
+    capsys.readouterr()
+    gen = tmp_path / "td3" / "gen-000001"
+    _, report = inspect_json(capsys, gen)
+    population = report["population"]
+    assert population["trained_networks"] == ["actor", "critic", "twin_critic"]
+    per_network = population["parameters_per_network"]
+    assert per_network["twin_critic"] == per_network["critic"] > 0 and "twin_critic_target" in per_network
+    assert population["parameters_per_agent"] == per_network["actor"] + 2 * per_network["critic"]
+    assert report["params_sha256"] == independent_params_sha256(gen / "population.safetensors", twins=True)
+    tensors = checkpoint.read_tensors(checkpoint.open_generation(gen), "population")
+    twin = next(key for key in tensors if key.startswith("twin_critic."))
+    changed = {**tensors, twin: tensors[twin] + 1}
+    networks, _ = inspection.networks_of(report["config"], tensors)
+    assert inspection.params_sha256(changed, networks) != report["params_sha256"]

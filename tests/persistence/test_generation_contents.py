@@ -11,6 +11,7 @@ from persistence.generation_contents import (
     build_state,
     history_problem,
     state_problem,
+    upgraded,
 )
 
 
@@ -20,8 +21,7 @@ def a_state(**changes):
         "champion_score": None,
         "champion_generation": 0,
         "champion_bound": 0.0,
-        "actor_optim_steps": 12,
-        "critic_optim_steps": 12,
+        "optimiser_steps": {"actor": 12, "critic": 12},
         "market_fingerprint": "ab",
         "tickers": ["A", "B"],
         "splits": {"train": ["2020-01-02", "2020-12-31"]},
@@ -55,15 +55,24 @@ def test_a_writer_out_of_step_with_the_reader_fails_at_the_build():
     [
         ({"generation": "3"}, "'generation' is '3'"),
         ({"champion_generation": 4}, "after generation 3"),
-        ({"actor_optim_steps": -1}, "not >= 0"),
+        ({"optimiser_steps": {"actor": -1}}, "gives 'actor' -1, not a count"),
         ({"tickers": ["A", 1]}, "not a string"),
         ({"device": "cpu"}, "'device' is"),
-        ({"actor_optim_steps": True}, "'actor_optim_steps' is True"),
+        ({"optimiser_steps": {"critic": True}}, "gives 'critic' True, not a count"),
+        ({"optimiser_steps": [12, 12]}, "'optimiser_steps' is [12, 12]"),
     ],
 )
 def test_a_wrong_value_is_named(changes, problem):
     state = {**a_state(), **changes}
     assert problem in state_problem(state, 3)
+
+
+def test_step_counts_written_one_key_each_by_earlier_versions_read_by_the_optimisers_names():
+    earlier = {k: v for k, v in a_state().items() if k != "optimiser_steps"}
+    earlier.update(actor_optim_steps=12, critic_optim_steps=6)
+    assert state_problem(earlier, 3) is None
+    assert upgraded(earlier)["optimiser_steps"] == {"actor": 12, "critic": 6}
+    assert "actor_optim_steps" not in upgraded(earlier)
 
 
 def test_a_history_must_be_rows_with_generations():

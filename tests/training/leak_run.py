@@ -27,7 +27,7 @@ import torch
 
 from config import override, preset
 from environment.vector_env import VectorPortfolioEnv
-from models.learner import Learner
+from models.learner import Learner, build_learner
 from models.population import Population
 from models.replay import ReplayBuffer
 from tests.emulated_cuda import emulate_cuda
@@ -215,10 +215,13 @@ def a_new_population_each_generation(mp, kept):
         kept.append(
             Population(
                 cfg.evolution.popsize,
-                trainer.rollouts.env.gatherer.window_size,
-                cfg.model,
-                cfg.learner,
-                device="cpu",
+                build_learner(
+                    cfg,
+                    trainer.rollouts.env.gatherer.window_size,
+                    agents=cfg.evolution.popsize,
+                    device="cpu",
+                    generator=torch.Generator().manual_seed(0),
+                ),
                 generator=torch.Generator().manual_seed(0),
             )
         )

@@ -351,4 +351,5 @@ def test_each_learner_resumes_bit_exactly(tmp_path, learning):
         state = checkpoint.read_tensors(checkpoint.open_generation(whole), "population")
         assert any(key.startswith("twin_critic.") for key in state)
         steps = checkpoint.read_document(checkpoint.open_generation(whole), "state")
-        assert steps["critic_optim_steps"] == 2 * steps["actor_optim_steps"] > 0  # the actor every second update
+        steps = steps["optimiser_steps"]  # by the names the learner gives its optimisers
+        assert steps["critic"] == 2 * steps["actor"] > 0  # the actor every second update

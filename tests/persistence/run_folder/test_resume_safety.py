@@ -211,8 +211,8 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
                 ("champion_score", [1.0]),
                 ("champion_generation", None),
                 ("champion_bound", "0.1"),
-                ("actor_optim_steps", 1.5),
-                ("critic_optim_steps", True),
+                ("optimiser_steps", 1.5),
+                ("optimiser_steps", {"actor": True}),
                 ("market_fingerprint", 7),
                 ("tickers", "AAPL"),
                 ("splits", []),
@@ -220,7 +220,7 @@ def edit_document(gen_dir: Path, name: str, change) -> None:
                 ("device", "cpu"),  # optional (earlier versions lack it), but a dict when present
             ]
         ],
-        ("state", lambda s: s.__delitem__("actor_optim_steps"), "actor_optim_steps"),
+        ("state", lambda s: s.__delitem__("optimiser_steps"), "optimiser_steps"),
         ("state", lambda s: s.__delitem__("champion_bound"), "champion_bound"),
         ("state", lambda s: s.update(tickers=[1, 2]), "tickers"),
         ("state", lambda s: [s], "not an object"),
