@@ -216,11 +216,11 @@ def test_nothing_to_resume_is_one_line_from_every_rank(tmp_path):
 
 
 @contextlib.contextmanager
-def two_nodes(tmp_path: Path, *extra: str) -> Iterator[list[subprocess.Popen]]:
+def two_nodes(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[list[subprocess.Popen]]:
     """A job over two nodes of one process each: two torchrun launchers, separate process groups meeting at a c10d
     rendezvous, in one network namespace of their own. The first hosts the rendezvous store. Each writes its output
-    to ``tmp_path/node-N.log`` and its rank's process id to ``tmp_path/pids-N``; everything is killed on the way
-    out."""
+    to ``tmp_path/node-N.log`` and its rank's process id to ``tmp_path/pids-N``, with ``env`` added to its
+    environment; everything is killed on the way out."""
     if not loopback_only.joinable():
         pytest.skip("no network namespace can be made and joined here (unshare --net, nsenter)")
     nodes: list[subprocess.Popen] = []
@@ -238,7 +238,7 @@ def two_nodes(tmp_path: Path, *extra: str) -> Iterator[list[subprocess.Popen]]:
                         subprocess.Popen(
                             enter([*torchrun, SCRIPT, *TRAIN, "--checkpoint-uri", str(tmp_path / "runs"), *extra]),
                             cwd=tmp_path,
-                            env={**ENV, "SHARDED_PIDS": str(tmp_path / f"pids-{node}")},
+                            env={**ENV, **(env or {}), "SHARDED_PIDS": str(tmp_path / f"pids-{node}")},
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             start_new_session=True,  # a node's launcher and its own, not the test's
@@ -277,15 +277,22 @@ NODE_TIMEOUT_S = 10
 )
 def test_a_lost_node_ends_the_other_within_the_collective_timeout(tmp_path, strike):
     timeout = ["--set", f"runtime.collective_timeout_s={NODE_TIMEOUT_S}"]
-    with two_nodes(tmp_path, "--run-name", "r", "--generations", "200", *timeout) as (survivor, lost):
+    # Both ranks held at the start of generation 2 (tests/hold_points.py): the survivor goes on once the other node
+    # is struck, into the generation's collectives.
+    marks = tmp_path / "marks"
+    hold = hold_points.environment(marks, "start@2")
+    with two_nodes(tmp_path, "--run-name", "r", "--generations", str(GENERATIONS), *timeout, env=hold) as nodes:
+        survivor, lost = nodes
         run_dir = tmp_path / "runs" / "r"
-        wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1, timeout=300)
+        hold_points.wait_until_held(survivor, marks, ["r", "r-rank-1"])
+        wait_for(lambda: checkpoint.latest_generation(run_dir) == 1)
         wait_for(lambda: len(_node_ranks(tmp_path, 0)) == len(_node_ranks(tmp_path, 1)) == 1)
         assert survivor.poll() is None and lost.poll() is None
         struck = time.monotonic()
         # The whole node that does not host the rendezvous store: its launcher and its rank.
         for group in (lost.pid, *_node_ranks(tmp_path, 1)):
             os.killpg(group, strike)
+        hold_points.release(marks, ["r"])
         code = survivor.wait(timeout=NODE_TIMEOUT_S + 60)
         ended = time.monotonic() - struck
         output = (tmp_path / "node-0.log").read_text()
