@@ -5,8 +5,8 @@ Run by the tests, directly or under ``torchrun``, it first:
 * writes this process's id to ``$SHARDED_PIDS/rank-<RANK>.pid`` (when set), so a test can signal one rank;
 * crowns the best validation agent every generation (three smoke generations rarely prove an edge, and the
   tests must see a champion move from the rank that holds it);
-* with ``$SHARDED_SLOW`` seconds, sleeps that long at the start of each generation, so a test can strike
-  while a run is between checkpoints;
+* with ``$HOLD_POINTS`` set, holds every rank where ``$HOLD_AT`` says until the test releases it
+  (``tests/hold_points.py``), so a test can strike while every rank is provably still training;
 * with ``$SHARDED_LOG`` a folder, records there what crossed between ranks: ``fetched-<RANK>`` gets the count of
   rows each evolution fetched, ``champion-<RANK>`` the rank each crowned champion came from.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     import main
+    from tests import hold_points
     from training import loop as trainer
 
     if os.environ.get("SHARDED_PIDS"):
@@ -46,13 +46,5 @@ if __name__ == "__main__":
             return broadcast_(self, tensors, src=src)
 
         Sharding.fetch_rows, Sharding.broadcast_ = logged_fetch, logged_broadcast
-    slow = float(os.environ.get("SHARDED_SLOW", "0"))
-    if slow:
-        run_generation = trainer.Trainer.run_generation
-
-        def slowly(self: trainer.Trainer):
-            time.sleep(slow)
-            return run_generation(self)
-
-        trainer.Trainer.run_generation = slowly
+    hold_points.install()
     main.exit_process(main.main(sys.argv[1:]))

@@ -1,15 +1,16 @@
 """A run killed at any moment resumes from its last complete generation and ends where an
 uninterrupted run ends, bit for bit; SIGTERM and SIGINT stop it cleanly at a safe point."""
 
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from persistence import checkpoint
+from tests import hold_points
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,12 +18,18 @@ GENERATIONS = 4
 TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress"]
 
 
-def start(root: Path, name: str, *extra: str, pause: str | None = None) -> subprocess.Popen:
-    """``main.py`` in a child process; with ``pause``, through ``tests/pause_points.py`` (see there)."""
-    script = [str(REPO / "tests" / "pause_points.py"), pause] if pause else [str(REPO / "main.py")]
+def start(root: Path, name: str, *extra: str, pause: str | None = None, hold: dict[str, str] | None = None):
+    """``main.py`` in a child process; with ``pause``, through ``tests/pause_points.py``; with ``hold`` (its
+    variables, ``hold_points.environment``), through ``tests/hold_points.py`` (see there)."""
+    script = [str(REPO / "main.py")]
+    if pause:
+        script = [str(REPO / "tests" / "pause_points.py"), pause]
+    elif hold:
+        script = [hold_points.SCRIPT]
     return subprocess.Popen(
         [sys.executable, *script, *TRAIN, "--checkpoint-uri", str(root), "--run-name", name, *extra],
         cwd=root.parent,
+        env={**os.environ, **(hold or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -108,18 +115,18 @@ def test_sigkill_in_the_middle_of_a_generation(tmp_path, reference):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_at_a_safe_point_and_says_how_to_resume(tmp_path, reference, signum):
-    root = tmp_path / "runs"
-    process = start(root, "r", "--generations", "200")
-    metrics = root / "r" / "metrics.jsonl"
-    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 1)
-    sent = time.monotonic()
+    root, marks = tmp_path / "runs", tmp_path / "marks"
+    # Held at the start of generation 2 (tests/hold_points.py) until the stop has reached the run.
+    process = start(root, "r", "--generations", str(GENERATIONS), hold=hold_points.environment(marks, "start@2"))
+    hold_points.wait_until_held(process, marks, ["r"])
     process.send_signal(signum)
-    output, _ = process.communicate(timeout=60)
-    assert time.monotonic() - sent < 10
+    hold_points.wait_until_stop_seen(process, marks, ["r"])
+    hold_points.release(marks, ["r"])
+    output, _ = process.communicate(timeout=120)
     assert process.returncode == 128 + signum, output
     assert "Traceback" not in output
     stopped_at = checkpoint.latest_generation(root / "r")
-    assert stopped_at is not None and stopped_at < GENERATIONS
+    assert stopped_at == 1  # at the first safe point after the stop: generation 2 abandoned
     assert f"after generation {stopped_at}" in output
     assert f"--resume --checkpoint-uri {root} --run-name r" in output
     assert checkpoint.verify_generation(root / "r" / checkpoint.generation_dirname(stopped_at)) == []

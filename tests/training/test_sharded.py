@@ -26,7 +26,7 @@ from models.share import Share
 from persistence import checkpoint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
 from runtime.sharding import Ranks, Sharding, check_node_address
-from tests import loopback_only
+from tests import hold_points, loopback_only
 from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
@@ -142,19 +142,22 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_rank_killed_mid_generation_leaves_no_partial_generation_and_the_run_resumes(tmp_path, reference):
-    root, pids = tmp_path / "runs", tmp_path / "pids"
+    root, pids, marks = tmp_path / "runs", tmp_path / "pids", tmp_path / "marks"
     pids.mkdir()
-    env = {"SHARDED_PIDS": str(pids), "SHARDED_SLOW": "0.3"}
+    # Every rank held in generation 3, its updates about to run (tests/hold_points.py), generation 2 written.
+    env = {"SHARDED_PIDS": str(pids), **hold_points.environment(marks, "updating@3")}
     process = launch(root, "r", "--generations", str(GENERATIONS), processes=2, env=env)
     run_dir = root / "r"
-    wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 2)
+    hold_points.wait_until_held(process, marks, ["r", "r-rank-1"])
+    wait_for(lambda: checkpoint.latest_generation(run_dir) == 2)
     os.kill(_pid(pids, 1), signal.SIGKILL)
+    hold_points.release(marks, ["r"])  # on into the generation's collectives, without its peer
     output, _ = process.communicate(timeout=120)
     assert process.returncode != 0, output
     wait_for(lambda: _gone(_pid(pids, 0)), timeout=60)
     folders = [generation for generation, _ in checkpoint.generation_folders(run_dir)]
     assert folders and checkpoint.complete_generations(run_dir) == sorted(folders)  # nothing partial to load
-    assert checkpoint.latest_generation(run_dir) < GENERATIONS
+    assert checkpoint.latest_generation(run_dir) == 2
     for generation in folders:
         assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(generation)) == []
     finish(launch(root, "r", "--resume", "--generations", str(GENERATIONS), processes=2))
@@ -166,17 +169,21 @@ def test_a_rank_killed_mid_generation_leaves_no_partial_generation_and_the_run_r
     [("rank 1", "a signal to another process"), ("torchrun", "SIGTERM")],  # torchrun passes it to every rank
 )
 def test_sigterm_stops_every_rank_at_a_safe_point(tmp_path, reference, target, said):
-    root, pids = tmp_path / "runs", tmp_path / "pids"
+    root, pids, marks = tmp_path / "runs", tmp_path / "pids", tmp_path / "marks"
     pids.mkdir()
-    env = {"SHARDED_PIDS": str(pids), "SHARDED_SLOW": "0.3"}
-    process = launch(root, "r", "--generations", "200", processes=2, env=env)
+    # Every rank held at the start of generation 2 (tests/hold_points.py) until the stop reached the ranks signalled.
+    env = {"SHARDED_PIDS": str(pids), **hold_points.environment(marks, "start@2")}
+    process = launch(root, "r", "--generations", str(GENERATIONS), processes=2, env=env)
     run_dir = root / "r"
-    wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1)
+    ranks = ["r", "r-rank-1"]
+    hold_points.wait_until_held(process, marks, ranks)
     os.kill(_pid(pids, 1) if target == "rank 1" else process.pid, signal.SIGTERM)
+    hold_points.wait_until_stop_seen(process, marks, ranks[1:] if target == "rank 1" else ranks)
+    hold_points.release(marks, ranks)
     output, _ = process.communicate(timeout=120)
     assert not OUR_FRAME.search(output), output  # no traceback through the project's code (torchrun reports the stop)
     stopped_at = checkpoint.latest_generation(run_dir)
-    assert stopped_at is not None and stopped_at < GENERATIONS
+    assert stopped_at == 1  # every rank at the first safe point after the stop: generation 2 abandoned
     assert f"stopped by {said} after generation {stopped_at}" in output
     assert checkpoint.verify_generation(run_dir / checkpoint.generation_dirname(stopped_at)) == []
     assert _gone(_pid(pids, 0)) and _gone(_pid(pids, 1))
@@ -209,11 +216,11 @@ def test_nothing_to_resume_is_one_line_from_every_rank(tmp_path):
 
 
 @contextlib.contextmanager
-def two_nodes(tmp_path: Path, *extra: str) -> Iterator[list[subprocess.Popen]]:
+def two_nodes(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[list[subprocess.Popen]]:
     """A job over two nodes of one process each: two torchrun launchers, separate process groups meeting at a c10d
     rendezvous, in one network namespace of their own. The first hosts the rendezvous store. Each writes its output
-    to ``tmp_path/node-N.log`` and its rank's process id to ``tmp_path/pids-N``; everything is killed on the way
-    out."""
+    to ``tmp_path/node-N.log`` and its rank's process id to ``tmp_path/pids-N``, with ``env`` added to its
+    environment; everything is killed on the way out."""
     if not loopback_only.joinable():
         pytest.skip("no network namespace can be made and joined here (unshare --net, nsenter)")
     nodes: list[subprocess.Popen] = []
@@ -231,7 +238,7 @@ def two_nodes(tmp_path: Path, *extra: str) -> Iterator[list[subprocess.Popen]]:
                         subprocess.Popen(
                             enter([*torchrun, SCRIPT, *TRAIN, "--checkpoint-uri", str(tmp_path / "runs"), *extra]),
                             cwd=tmp_path,
-                            env={**ENV, "SHARDED_PIDS": str(tmp_path / f"pids-{node}")},
+                            env={**ENV, **(env or {}), "SHARDED_PIDS": str(tmp_path / f"pids-{node}")},
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             start_new_session=True,  # a node's launcher and its own, not the test's
@@ -270,15 +277,22 @@ NODE_TIMEOUT_S = 10
 )
 def test_a_lost_node_ends_the_other_within_the_collective_timeout(tmp_path, strike):
     timeout = ["--set", f"runtime.collective_timeout_s={NODE_TIMEOUT_S}"]
-    with two_nodes(tmp_path, "--run-name", "r", "--generations", "200", *timeout) as (survivor, lost):
+    # Both ranks held at the start of generation 2 (tests/hold_points.py): the survivor goes on once the other node
+    # is struck, into the generation's collectives.
+    marks = tmp_path / "marks"
+    hold = hold_points.environment(marks, "start@2")
+    with two_nodes(tmp_path, "--run-name", "r", "--generations", str(GENERATIONS), *timeout, env=hold) as nodes:
+        survivor, lost = nodes
         run_dir = tmp_path / "runs" / "r"
-        wait_for(lambda: (checkpoint.latest_generation(run_dir) or 0) >= 1, timeout=300)
+        hold_points.wait_until_held(survivor, marks, ["r", "r-rank-1"])
+        wait_for(lambda: checkpoint.latest_generation(run_dir) == 1)
         wait_for(lambda: len(_node_ranks(tmp_path, 0)) == len(_node_ranks(tmp_path, 1)) == 1)
         assert survivor.poll() is None and lost.poll() is None
         struck = time.monotonic()
         # The whole node that does not host the rendezvous store: its launcher and its rank.
         for group in (lost.pid, *_node_ranks(tmp_path, 1)):
             os.killpg(group, strike)
+        hold_points.release(marks, ["r"])
         code = survivor.wait(timeout=NODE_TIMEOUT_S + 60)
         ended = time.monotonic() - struck
         output = (tmp_path / "node-0.log").read_text()

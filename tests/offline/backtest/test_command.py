@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -18,7 +17,10 @@ import torch
 import main
 from benchmarks.naive_selection import naive_fold
 from offline.backtest.report import OUTPUTS
+from persistence import checkpoint
+from tests import hold_points
 from tests.offline.backtest.builders import ROOT, backtest_command, files_under, refusal
+from tests.run_checks import wait_for
 
 
 def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
@@ -29,21 +31,23 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     folder = tmp_path / "whole" / "backtest"
     assert {p.name for p in folder.iterdir()} >= {"plan.json", "summary.json", "summary.csv", "backtest.png"}
 
-    # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint.
-    killed_root = tmp_path / "killed"
-    second = killed_root / "backtest" / "fold-2005-seed-0"
-    command = [sys.executable, "main.py", *backtest_command(prices, killed_root)]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint, held at the
+    # start of its second generation (tests/hold_points.py; the first fold, released ahead, goes on).
+    killed_root, marks = tmp_path / "killed", tmp_path / "marks"
+    finished, killed = "fold-2004-seed-0", "fold-2005-seed-0"
+    command = [sys.executable, hold_points.SCRIPT, *backtest_command(prices, killed_root)]
+    env = {**os.environ, **hold_points.environment(marks, "start@2")}
+    hold_points.release(marks, [finished])
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 240
-        while not (second / "gen-000001").is_dir() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(process.pid, signal.SIGKILL)
+        hold_points.wait_until_held(process, marks, [killed])
+        wait_for(lambda: checkpoint.latest_generation(killed_root / "backtest" / killed) == 1)
     finally:
+        process.kill()  # SIGKILL
         process.wait()
     assert process.returncode == -signal.SIGKILL
-    assert (killed_root / "backtest" / "folds" / "fold-2004-seed-0.json").is_file()
-    assert not (killed_root / "backtest" / "folds" / "fold-2005-seed-0.json").exists()
+    assert (killed_root / "backtest" / "folds" / f"{finished}.json").is_file()
+    assert not (killed_root / "backtest" / "folds" / f"{killed}.json").exists()
 
     assert main.main(backtest_command(prices, killed_root)) == 0
     resumed = json.loads(capsys.readouterr().out)

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -23,7 +22,8 @@ from config import override, preset
 from offline.backtest.command import check_backtest
 from offline.backtest.plan import plan_folds
 from persistence import checkpoint
-from tests import loopback_only
+from tests import hold_points, loopback_only
+from tests.hold_points import held_pid, release, wait_until_held, wait_until_stop_seen
 from tests.offline.backtest.builders import ROOT
 from tests.run_checks import wait_for
 
@@ -32,7 +32,7 @@ FOLDS = ("fold-2004-seed-0", "fold-2005-seed-0")
 SETTINGS = {"data.tickers": "", "data.start": "", "data.validation_days": "126", "data.max_assets": "20"}
 
 
-def command(prices: Path, root: Path, *extra: str, generations: int = GENERATIONS) -> list[str]:
+def command(prices: Path, root: Path, *extra: str) -> list[str]:
     """The smoke preset on the 20-asset market, test years 2004 and 2005, seed 0."""
     settings = [word for key, value in SETTINGS.items() for word in ("--set", f"{key}={value}")]
     return [
@@ -47,7 +47,7 @@ def command(prices: Path, root: Path, *extra: str, generations: int = GENERATION
         "--seeds",
         "0",
         "--generations",
-        str(generations),
+        str(GENERATIONS),
         "--checkpoint-uri",
         str(root),
         "--no-progress",
@@ -70,11 +70,13 @@ def one_at_a_time(wide_prices, tmp_path_factory) -> Path:
     return root / "backtest"
 
 
-def start(prices: Path, root: Path, *extra: str, generations: int = GENERATIONS) -> subprocess.Popen:
-    """``python main.py backtest`` in a process group of its own (as a terminal runs it)."""
+def start(prices: Path, root: Path, marks: Path, *extra: str, hold_at: str = "start@2") -> subprocess.Popen:
+    """``python main.py backtest`` in a process group of its own (as a terminal runs it), every fold held at
+    ``hold_at`` until the test releases it (``tests/hold_points.py``, its markers in ``marks``)."""
     return subprocess.Popen(
-        [sys.executable, "main.py", *command(prices, root, *extra, generations=generations)],
+        [sys.executable, hold_points.SCRIPT, *command(prices, root, *extra)],
         cwd=ROOT,
+        env={**os.environ, **hold_points.environment(marks, hold_at)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -82,16 +84,9 @@ def start(prices: Path, root: Path, *extra: str, generations: int = GENERATIONS)
     )
 
 
-def wait_until_every_fold_trains(process: subprocess.Popen, folder: Path, *, past: int = 0) -> None:
-    """Until each fold's run has a checkpoint past generation ``past`` and neither fold is done: both at once."""
-
-    def training() -> bool:
-        return process.poll() is not None or all(
-            (checkpoint.latest_generation(folder / name) or 0) > past for name in FOLDS
-        )
-
-    wait_for(training, timeout=300)
-    assert process.poll() is None, process.communicate()
+def wait_until_every_fold_is_held(process: subprocess.Popen, folder: Path, marks: Path) -> None:
+    """Until each fold's run is held (both training at once, neither able to finish), then the test strikes."""
+    wait_until_held(process, marks, FOLDS)
     assert not any((folder / "folds" / f"{name}.json").exists() for name in FOLDS)
 
 
@@ -131,17 +126,19 @@ def test_a_folds_figures_depend_on_its_threads_so_every_fold_gets_the_same(wide_
 
 
 def test_sigterm_stops_every_fold_at_a_safe_point_and_any_jobs_continues(wide_prices, one_at_a_time, tmp_path):
-    folder = tmp_path / "backtest"
-    process = start(wide_prices, tmp_path, "--jobs", "2")
-    wait_until_every_fold_trains(process, folder)
+    folder, marks = tmp_path / "backtest", tmp_path / "marks"
+    process = start(wide_prices, tmp_path, marks, "--jobs", "2")
+    wait_until_every_fold_is_held(process, folder, marks)  # at the start of generation 2
     os.kill(process.pid, signal.SIGTERM)  # the backtest's process alone: it relays the stop
+    wait_until_stop_seen(process, marks, FOLDS)  # the relay reached each fold while it was held
+    release(marks, FOLDS)  # each stops at its next safe point, by its own logic
     out, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, err
     assert out == ""
     line = err.strip().splitlines()[-1]
     assert line.startswith("stopped by SIGTERM in ") and line.endswith("Run the same command to continue.")
     assert all(name in line for name in FOLDS)
-    assert all(checkpoint.latest_generation(folder / name) for name in FOLDS)  # each kept its last checkpoint
+    assert all(checkpoint.latest_generation(folder / name) == 1 for name in FOLDS)  # each kept its last checkpoint
     assert not (folder / "folds").exists()
     wait_for(lambda: group_gone(process.pid), timeout=30)
 
@@ -150,37 +147,45 @@ def test_sigterm_stops_every_fold_at_a_safe_point_and_any_jobs_continues(wide_pr
 
 
 def test_ctrl_c_stops_every_fold_and_a_second_one_stops_at_once(wide_prices, tmp_path):
-    # Both stops come before either fold ends: the folds start unevenly, and with 6 generations the fold ahead could
-    # finish before the one behind trained past its checkpoint again. The test compares no results.
-    generations = 4 * GENERATIONS
     folder = tmp_path / "backtest"
-    process = start(wide_prices, tmp_path, "--jobs", "2", generations=generations)
-    wait_until_every_fold_trains(process, folder)
+    process = start(wide_prices, tmp_path, tmp_path / "first", "--jobs", "2")
+    wait_until_every_fold_is_held(process, folder, tmp_path / "first")
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends Ctrl-C: to every process of the group
+    wait_until_stop_seen(process, tmp_path / "first", FOLDS)
+    release(tmp_path / "first", FOLDS)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGINT, err
-    assert "stopped by SIGINT in " in err.strip().splitlines()[-1]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("stopped by SIGINT in ") and all(name in line for name in FOLDS)
+    assert all(checkpoint.latest_generation(folder / name) == 1 for name in FOLDS)
     wait_for(lambda: group_gone(process.pid), timeout=30)
 
-    stopped_at = min(checkpoint.latest_generation(folder / name) for name in FOLDS)
-    process = start(wide_prices, tmp_path, "--jobs", "2", generations=generations)
-    wait_until_every_fold_trains(process, folder, past=stopped_at)
+    # Continued, each fold is held again at the start of generation 2: the first Ctrl-C reaches both, and the second
+    # comes while they are still held, never released.
+    marks = tmp_path / "second"
+    process = start(wide_prices, tmp_path, marks, "--jobs", "2")
+    wait_until_every_fold_is_held(process, folder, marks)
     os.killpg(process.pid, signal.SIGINT)
-    time.sleep(0.05)
+    wait_until_stop_seen(process, marks, FOLDS)  # the backtest took the first one and relayed it
     os.killpg(process.pid, signal.SIGINT)
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGINT  # not a stop at a safe point: interrupted, workers killed
     wait_for(lambda: group_gone(process.pid), timeout=30)
+    assert all(checkpoint.latest_generation(folder / name) == 1 for name in FOLDS)
 
 
 def test_a_worker_that_dies_ends_the_backtest_naming_its_fold(wide_prices, one_at_a_time, tmp_path):
-    folder = tmp_path / "backtest"
-    process = start(wide_prices, tmp_path, "--jobs", "2")
-    wait_until_every_fold_trains(process, folder)
+    folder, marks = tmp_path / "backtest", tmp_path / "marks"
+    process = start(wide_prices, tmp_path, marks, "--jobs", "2")
+    wait_until_every_fold_is_held(process, folder, marks)
     children = psutil.Process(process.pid).children()
-    workers = sorted((p for p in children if "resource_tracker" not in " ".join(p.cmdline())), key=lambda p: p.pid)
+    workers = [p.pid for p in children if "resource_tracker" not in " ".join(p.cmdline())]
     assert len(workers) == 2
-    os.kill(workers[0].pid, signal.SIGKILL)  # the first worker started, given the first fold
+    first, second = FOLDS
+    assert held_pid(marks, first) in workers
+    os.kill(held_pid(marks, first), signal.SIGKILL)  # the worker that trains the first fold
+    wait_until_stop_seen(process, marks, [second])  # the other fold is asked to stop while it is held
+    release(marks, [second])
     _, err = process.communicate(timeout=300)
     assert process.returncode == 1, err
     assert re.fullmatch(
@@ -188,7 +193,8 @@ def test_a_worker_that_dies_ends_the_backtest_naming_its_fold(wide_prices, one_a
         r"stopped at a safe point, finished folds and the last checkpoints are kept: run the same command to continue",
         err.strip().splitlines()[-1],
     )
-    assert not (folder / "folds" / "fold-2004-seed-0.json").exists()
+    assert not (folder / "folds").exists()
+    assert checkpoint.latest_generation(folder / second) == 1
     wait_for(lambda: group_gone(process.pid), timeout=30)
 
     assert main.main(command(wide_prices, tmp_path, "--jobs", "2")) == 0
