@@ -113,6 +113,7 @@ def train(argv: list[str]) -> int:
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
+    from persistence.checkpoint import generation_dirname
     from runtime.sharding import Ranks
     from training.loop import RunStopped
     from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
@@ -166,7 +167,7 @@ def train(argv: list[str]) -> int:
             log(
                 f"stopped by {stop.name or 'a signal to another process'} after generation {stopped.generation}; "
                 f"the last complete checkpoint is "
-                f"{trainer.run_dir}/gen-{stopped.generation:06d}{_line(uploaded)}. Resume with:\n"
+                f"{trainer.run_dir / generation_dirname(stopped.generation)}{_line(uploaded)}. Resume with:\n"
                 f"  {_resume_command(trainer)}"
             )
             return 128 + (stop.signum or 0)

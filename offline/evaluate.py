@@ -32,21 +32,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 
 from config import Config, conventions, describe_conventions, override
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
+from offline import bundle
+from offline.bundle import read_bundle
 from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
 from offline.risk import drawdown_curve, equity_curve
 from offline.stored import (
-    ACTOR_FORMAT,
-    ACTOR_FORMAT_VERSIONS,
-    PRECISION,
     champion_tensors,
     in_float32,
     locate,
@@ -124,26 +122,11 @@ def _with_benchmark(config: Config, benchmark: str | None) -> Config:
 
 
 def _from_export(folder: Path, label: str, benchmark: str | None = None) -> ChampionActor:
-    try:
-        spec = json.loads((folder / "actor.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{label}/actor.json cannot be read: {error}") from None
-    if not isinstance(spec, dict) or spec.get("format") != ACTOR_FORMAT or not isinstance(spec.get("source"), dict):
-        raise CheckpointError(f"{label}/actor.json is not an exported actor of this project")
-    version = spec.get("format_version")
-    if version not in ACTOR_FORMAT_VERSIONS:
-        known = ", ".join(map(str, ACTOR_FORMAT_VERSIONS))
-        raise CheckpointError(f"{label}/actor.json has format_version {version!r}; this version reads {known}")
-    if spec.get("precision", PRECISION) != PRECISION:  # version 1 has no precision: its actors are float32
-        raise CheckpointError(f"{label}/actor.json asks for precision {spec['precision']!r}; evaluate runs {PRECISION}")
-    config = _with_benchmark(in_float32(run_config(spec["source"].get("config"), f"{label}/actor.json")), benchmark)
+    spec, tensors = read_bundle(folder, label)
+    config = _with_benchmark(in_float32(run_config(spec["source"].get("config"), f"{label}/{bundle.SPEC}")), benchmark)
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
-    try:
-        tensors = safetensors.torch.load_file(str(folder / "actor.safetensors"))
-    except (OSError, safetensors.SafetensorError) as error:
-        raise CheckpointError(f"{label}/actor.safetensors cannot be read: {error}") from None
     actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
-    _load_params(actor, tensors, f"{label}/actor.safetensors", squeezed=True)
+    _load_params(actor, tensors, f"{label}/{bundle.TENSORS}", squeezed=True)
     source = {
         "kind": "export",
         "path": label,
@@ -199,10 +182,10 @@ def _remote_export(uri: str, scratch: Path) -> Path | None:
     storage = open_storage(uri)
     try:
         storage.check_read_access()
-        if storage.stat("actor.json") is None:
+        if storage.stat(bundle.SPEC) is None:
             return None
         scratch.mkdir(parents=True, exist_ok=True)
-        for name in ("actor.json", "actor.safetensors"):
+        for name in (bundle.SPEC, bundle.TENSORS):
             storage.download_file(name, scratch / name)
     finally:
         storage.close()
@@ -224,11 +207,12 @@ def load_champion(target: str, scratch: Path, *, benchmark: str | None = None) -
         else:
             (scratch / "checkpoint").mkdir()
             champion = _from_checkpoint(target, scratch / "checkpoint", benchmark)
-            name = f"{champion.config.checkpoint.run_name or name}-gen-{champion.source['generation']:06d}"
+            generation = checkpoint.generation_dirname(champion.source["generation"])
+            name = f"{champion.config.checkpoint.run_name or name}-{generation}"
         champion.default_out = Path(f"evaluation-{name}")
         return champion
     path = Path(target).expanduser()
-    if (path / "actor.json").is_file():
+    if bundle.holds_bundle(path):
         return _from_export(path, str(path), benchmark)
     return _from_checkpoint(target, scratch, benchmark)
 
@@ -337,7 +321,11 @@ def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
         for name, result in results.items():
             for strategy, m in result.metrics.items():
                 values = m.to_dict()
-                writer.writerow([name, strategy, *("" if values[c] is None else values[c] for c in METRIC_COLUMNS)])
+                cells = (
+                    "" if values[c] is None else int(values[c]) if isinstance(values[c], bool) else values[c]
+                    for c in METRIC_COLUMNS
+                )
+                writer.writerow([name, strategy, *cells])
     with (out / "daily.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         strategies = _strategies(results["holdout"])

@@ -20,7 +20,6 @@ folder that is renamed into place, so a failure leaves no partial export.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -28,7 +27,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 
 from config import Config, conventions
@@ -36,10 +34,8 @@ from environment.features import FEATURE_CLIP, TRADABLE, WARMUP_DAYS
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
+from offline.bundle import FILES, FORMAT, PRECISION, SPEC, TENSORS, VERSION, write_bundle
 from offline.stored import (
-    ACTOR_FORMAT,
-    ACTOR_FORMAT_VERSION,
-    PRECISION,
     TARGET_HELP,
     Located,
     champion_tensors,
@@ -51,8 +47,6 @@ from offline.stored import (
 from persistence import checkpoint
 from utils.cli import parse_command
 from utils.errors import CheckpointError, InputError
-
-FILES = ("actor.safetensors", "actor.json", "README.md")
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -99,8 +93,8 @@ def actor_spec(
         return [market.dates[days.start], market.dates[days.stop - 1]]
 
     return {
-        "format": ACTOR_FORMAT,
-        "format_version": ACTOR_FORMAT_VERSION,
+        "format": FORMAT,
+        "format_version": VERSION,
         "precision": PRECISION,
         "training_precision": training_precision(config, state.get("device")),
         "architecture": {
@@ -197,7 +191,7 @@ from safetensors.torch import load_file
 def load_actor(folder):
     """The actor's tensors (name -> tensor) and its spec (actor.json) from an export folder."""
     folder = Path(folder)
-    return load_file(folder / "actor.safetensors"), json.loads((folder / "actor.json").read_text())
+    return load_file(folder / "__TENSORS__"), json.loads((folder / "__SPEC__").read_text())
 
 
 def mlp(params, prefix, x, final_relu=False):
@@ -253,6 +247,11 @@ weights[0] = 1.0  # a new portfolio: all cash
 with torch.no_grad():
     target = target_weights(params, window(normalise(raw, spec)), weights, tradable)  # (N+1,), cash first
 """
+
+
+def forward_code() -> str:
+    """The README's plain-PyTorch code, reading the bundle's files by the names ``offline.bundle`` gives them."""
+    return _FORWARD_CODE.replace("__TENSORS__", TENSORS).replace("__SPEC__", SPEC)
 
 
 def readme_text(spec: dict[str, Any], folder_name: str) -> str:
@@ -332,7 +331,7 @@ Needs only `torch` and `safetensors`; nothing from the training project. Every f
 batch dimensions.
 
 ```python
-{_FORWARD_CODE}```
+{forward_code()}```
 
 For one decision:
 
@@ -390,9 +389,7 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        (tmp / "actor.safetensors").write_bytes(safetensors.torch.save(params))
-        (tmp / "actor.json").write_text(json.dumps(spec, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(readme_text(spec, out_dir.name), encoding="utf-8")
+        write_bundle(tmp, params, spec, readme_text(spec, out_dir.name))
         if out_dir.is_dir():
             out_dir.rmdir()  # empty (checked above); rename cannot replace a folder on every platform
         tmp.rename(out_dir)

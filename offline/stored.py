@@ -23,17 +23,6 @@ from persistence.run_folder import bucket
 from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 
-ACTOR_FORMAT = "erl-trader-actor"
-ACTOR_FORMAT_VERSION = 4
-"""2 added ``precision`` and ``training_precision`` (a version 1 file lacks them and is float32 all the same); 3 names
-the champion's validation score ``champion_score``, as the checkpoint does (``validation_score`` before), and adds
-its ``champion_bound``; 4 adds ``execution_delay``, ``universe``, ``cash`` and ``tradable`` (how the actor traded and
-what it may put weight on; a version 3 file traded at delay 0, every asset every day, cash at 0)."""
-ACTOR_FORMAT_VERSIONS = (1, 2, 3, 4)
-"""The versions ``evaluate`` reads."""
-PRECISION = "float32"
-"""The arithmetic an exported or evaluated champion runs in."""
-
 
 @dataclass(frozen=True)
 class Located:

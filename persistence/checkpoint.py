@@ -341,9 +341,28 @@ def write_file_atomically(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def latest_bytes(generation: int) -> bytes:
+    """What a ``LATEST`` pointer holds, on disk or in a bucket: the generation's folder name and a newline (the one
+    writer of the pointer's format)."""
+    return (generation_dirname(generation) + "\n").encode()
+
+
+def parse_latest(data: bytes) -> int | None:
+    """The generation a ``LATEST`` pointer's bytes name, or None if they name none (the one reader of its format)."""
+    return parse_dirname(data.decode("utf-8", "replace").strip())
+
+
 def write_latest(run_dir: Path, generation: int) -> None:
     """Point ``RUN_DIR/LATEST`` at ``generation``, atomically and durably."""
-    write_file_atomically(Path(run_dir) / LATEST_NAME, (generation_dirname(generation) + "\n").encode())
+    write_file_atomically(Path(run_dir) / LATEST_NAME, latest_bytes(generation))
+
+
+def read_latest(run_dir: Path) -> int | None:
+    """The generation ``RUN_DIR/LATEST`` names, complete or not (None: no readable file, or not a generation)."""
+    try:
+        return parse_latest((Path(run_dir) / LATEST_NAME).read_bytes())
+    except OSError:
+        return None
 
 
 def is_leftover(name: str) -> bool:
@@ -500,10 +519,7 @@ def newest_intact(run_dir: Path, *, before: int | None = None) -> int | None:
 def latest_generation(run_dir: Path) -> int | None:
     """The generation to resume from: the one ``LATEST`` names if complete, else the newest complete, else None."""
     complete = complete_generations(run_dir)
-    try:
-        pointer = parse_dirname((Path(run_dir) / LATEST_NAME).read_text(encoding="utf-8").strip())
-    except (OSError, UnicodeDecodeError):
-        pointer = None
+    pointer = read_latest(run_dir)
     if pointer is not None and pointer in complete:
         return pointer
     return complete[-1] if complete else None

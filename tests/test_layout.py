@@ -49,3 +49,22 @@ def test_the_checker_sees_an_import_the_layout_forbids(tmp_path):
 def test_tests_mirror_the_packages():
     for package in ("training", "runtime", "persistence", "offline", "models", "environment", "utils"):
         assert (REPO / "tests" / package).is_dir(), f"tests/{package} is missing"
+
+
+def test_each_file_format_has_one_reader_and_one_writer():
+    """The ``LATEST`` pointer and a generation's folder name are spelled in ``persistence/checkpoint.py`` alone
+    (``latest_bytes`` / ``parse_latest``, ``generation_dirname`` / ``parse_dirname``), and the exported bundle's files
+    in ``offline/bundle.py`` alone: a second spelling of a format is a second reader or writer that can drift."""
+    owners = {
+        "gen-{": "persistence/checkpoint.py",
+        '"LATEST"': "persistence/checkpoint.py",
+        '"actor.json"': "offline/bundle.py",
+        '"actor.safetensors"': "offline/bundle.py",
+    }
+    spelled = []
+    for package in (*PACKAGES, "main.py"):
+        paths = [REPO / package] if package.endswith(".py") else sorted((REPO / package).rglob("*.py"))
+        for path in paths:
+            text, name = path.read_text(encoding="utf-8"), str(path.relative_to(REPO))
+            spelled += [f"{name} spells {token}" for token, owner in owners.items() if token in text and name != owner]
+    assert not spelled, "\n".join(spelled)

@@ -24,11 +24,12 @@ from utils.errors import CheckpointError
 def latest_in_bucket(storage: Storage, run_key: str) -> int | None:
     """The generation ``RUN/LATEST`` names in the bucket, or None if the run has none."""
     try:
-        text = storage.read_bytes(f"{run_key}/{checkpoint.LATEST_NAME}").decode("utf-8", "replace").strip()
+        data = storage.read_bytes(f"{run_key}/{checkpoint.LATEST_NAME}")
     except FileNotFoundError:
         return None
-    generation = checkpoint.parse_dirname(text)
+    generation = checkpoint.parse_latest(data)
     if generation is None:
+        text = data.decode("utf-8", "replace").strip()
         raise CheckpointError(f"{storage.uri}/{run_key}/LATEST does not name a generation: {text[:40]!r}")
     return generation
 
@@ -143,7 +144,7 @@ def move_latest_back(storage: Storage, run_key: str, generation: int) -> None:
     try:
         storage.write_bytes(
             key,
-            f"{checkpoint.generation_dirname(generation)}\n".encode(),
+            checkpoint.latest_bytes(generation),
             if_version_match=0 if info is None else info.version,
         )
     except PreconditionFailed:

@@ -164,10 +164,7 @@ def pass_over(
 
 def _pointer(run_dir: Path) -> int | None:
     """The generation the ``LATEST`` file names, complete or not (None: no file, or not a generation)."""
-    try:
-        return checkpoint.parse_dirname((run_dir / checkpoint.LATEST_NAME).read_text(encoding="utf-8").strip())
-    except (OSError, UnicodeDecodeError):
-        return None
+    return checkpoint.read_latest(run_dir)
 
 
 def _offer(earlier: int | None) -> str:

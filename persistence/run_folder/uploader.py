@@ -44,7 +44,9 @@ from persistence.checkpoint import (
     file_digests,
     generation_dirname,
     generations_to_delete,
+    latest_bytes,
     parse_dirname,
+    parse_latest,
     parse_manifest,
 )
 from persistence.jsonl import committed_length
@@ -438,10 +440,9 @@ class CheckpointUploader:
     def _bucket_latest(self) -> int | None:
         """The generation the bucket's LATEST names; None if it is missing or malformed."""
         try:
-            text = self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}").decode("utf-8", "replace")
+            return parse_latest(self.storage.read_bytes(f"{self.run_key}/{LATEST_NAME}"))
         except FileNotFoundError:
             return None
-        return parse_dirname(text.strip())
 
     def _move_latest(self, generation: int) -> None:
         """Point the bucket's LATEST at ``generation`` unless it names a newer one."""
@@ -458,8 +459,7 @@ class CheckpointUploader:
                 return
             try:
                 expected = 0 if info is None else info.version
-                content = f"{generation_dirname(generation)}\n".encode()
-                self.storage.write_bytes(key, content, if_version_match=expected)
+                self.storage.write_bytes(key, latest_bytes(generation), if_version_match=expected)
                 return
             except PreconditionFailed:
                 continue  # moved (or deleted) between our read and write: look again

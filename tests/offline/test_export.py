@@ -18,7 +18,7 @@ from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market, raw_features
 from environment.observation import Observation, WindowGatherer
 from models.networks import Actor
-from offline import export
+from offline import bundle, export
 from persistence import checkpoint
 from training import setup
 
@@ -114,7 +114,7 @@ def test_export_writes_the_three_files(capsys, exported, smoke_run, trained):
     assert spec["generation"] == 3
     assert spec["source"]["run_dir"] == str(smoke_run) and spec["source"]["config"] == state["config"]
     assert spec["architecture"]["tensors"] == {name: list(t.shape) for name, t in params.items()}
-    assert spec["precision"] == "float32" and spec["format_version"] == export.ACTOR_FORMAT_VERSION
+    assert spec["precision"] == "float32" and spec["format_version"] == bundle.VERSION
     assert spec["training_precision"]["bf16_encoder"] is False  # tests/offline/test_precision.py: a bf16 run
 
 

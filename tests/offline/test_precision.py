@@ -17,8 +17,9 @@ import main
 from config import Config
 from models.networks import Actor
 from offline import evaluate as report_module
+from offline.bundle import PRECISION
+from offline.bundle import VERSION as ACTOR_FORMAT_VERSION
 from offline.holdout import RANGES, run_range
-from offline.stored import ACTOR_FORMAT_VERSION, PRECISION
 from persistence import checkpoint
 from training.setup import load_market
 
