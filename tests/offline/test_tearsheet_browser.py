@@ -11,7 +11,9 @@ and the ``playwright`` package (requirements-dev.txt). Without them the test ski
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -128,3 +130,6 @@ def test_the_page_requests_nothing_but_itself(opened):
     links = page.evaluate("() => Array.from(document.links).map(a => a.getAttribute('href'))")
     assert links and all(link.startswith("#") for link in links)
     assert page.evaluate("() => document.scripts.length + document.styleSheets.length") == 1  # the inline style
+    # The file itself names no address (the page's text may, in words; this one does not): images aside, no http.
+    text = Path(unquote(urlparse(url).path)).read_text(encoding="utf-8")
+    assert not re.search(r"https?://", re.sub(r"data:image/png;base64,[A-Za-z0-9+/]+=*", "", text))
