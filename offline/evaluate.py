@@ -14,6 +14,9 @@ and must match the fingerprint the run recorded. The champion and the untrained 
 * ``equity.png``, ``drawdowns.png``, ``weights.png``: equity curves and drawdowns of the champion against the
   baselines, and the champion's weights over time; ``history.png``: fitness and validation across generations
   (a checkpoint only: an export has no history);
+* ``report.html``: the tear sheet (``offline.tearsheet``), one self-contained page a practitioner reads: every figure
+  above, the worst drawdowns, rolling Sharpe, calendar returns, turnover and costs, alpha and beta against the
+  benchmark, and the selection verdict with the diagnostics;
 * with ``--tensorboard``: the figures and the table as TensorBoard events in ``tensorboard/``.
 
 The report goes to ``<run>/evaluation/gen-NNNNNN`` for a local run or generation, ``<export>/evaluation`` for a
@@ -38,7 +41,7 @@ from config import Config, conventions, describe_conventions, override
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
-from offline import bundle
+from offline import bundle, tearsheet
 from offline.bundle import read_bundle
 from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
@@ -405,7 +408,19 @@ def write_report(
     document = report_document(champion, results, overfitting)
     (out / "evaluation.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     _write_csvs(out, results)
-    return ["evaluation.json", "evaluation.csv", "daily.csv", *_write_plots(out, champion, results)]
+    written = ["evaluation.json", "evaluation.csv", "daily.csv", *_write_plots(out, champion, results)]
+    market = champion.market
+    sheet = tearsheet.evaluation_sheet(
+        results,
+        labels=strategy_labels(market),
+        tickers=market.tickers,
+        calendar=market.dates,
+        title=f"Tear sheet: champion of {champion.source['path']} (generation {champion.source['generation']})",
+        lines=[describe_champion(champion.source), f"trading: {describe_conventions(conventions(champion.config))}"],
+        overfitting=overfitting,
+        selection=selection_reading(champion),
+    )
+    return [*written, tearsheet.write_page(out / tearsheet.PAGE, sheet)]
 
 
 def _tensorboard(out: Path, written: Sequence[str], tables: str, step: int) -> Path:

@@ -4,7 +4,8 @@ Never ``pyplot``: its global figure registry keeps every figure alive until it i
 is garbage once the function returns.
 Inputs are plain lists (``None`` for a missing value, drawn as a gap), so this module knows nothing of the trainer.
 Every input is checked before a figure is made: a ValueError leaves no file behind. Every function replaces the PNG
-at ``path``, whose folder must exist.
+at ``path``, whose folder must exist, or writes it into a binary file object (the tear sheet keeps its figures in
+memory and inlines them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -25,8 +27,11 @@ from matplotlib.ticker import LogFormatter, MaxNLocator, PercentFormatter
 HISTORY_SIZE_PX: tuple[int, int] = (1000, 700)
 """(width, height) in pixels of ``plot_history``'s PNG."""
 REPORT_SIZE_PX: tuple[int, int] = (1200, 800)
-"""(width, height) in pixels of the PNGs of ``plot_equity``, ``plot_drawdowns`` and ``plot_weights``."""
+"""(width, height) in pixels of the PNGs of ``plot_equity``, ``plot_drawdowns`` and ``plot_weights`` unless their
+``size_px`` says otherwise."""
 _DPI = 100
+Target = Path | str | BinaryIO
+"""Where a PNG goes: a file's path, or a binary file object."""
 
 
 def _values(values: Sequence[float | None]) -> list[float]:
@@ -42,7 +47,7 @@ def _figure(size_px: tuple[int, int], title: str, rows: int, **subplots) -> tupl
 
 
 def plot_history(
-    path: Path | str,
+    path: Target,
     *,
     generations: Sequence[int],
     best_fitness: Sequence[float | None],
@@ -170,7 +175,14 @@ class _PlainLogFormatter(LogFormatter):
         return f"{x:.4g}" if super().__call__(x, pos) else ""
 
 
-def plot_equity(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, highlight: str = "champion") -> None:
+def plot_equity(
+    path: Target,
+    panels: Sequence[SeriesPanel],
+    *,
+    title: str,
+    highlight: str = "champion",
+    size_px: tuple[int, int] = REPORT_SIZE_PX,
+) -> None:
     """Write a PNG of growth-of-1 curves (positive values), one subplot per panel, on a log y axis so that equal
     percentage moves are equal heights. ``highlight`` is drawn thicker and on top.
 
@@ -179,7 +191,7 @@ def plot_equity(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, 
             a value that is not positive.
     """
     checked = _series_panels(panels, lambda v: v <= 0, "positive on a log axis")  # NaN compares False
-    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
+    figure, axes = _figure(size_px, title, len(panels))
     for ax, panel, (dates, series) in zip(axes, panels, checked):
         for name, values in series.items():
             ax.plot(dates, values, **_style(name, highlight, len(dates)))
@@ -191,7 +203,14 @@ def plot_equity(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, 
     figure.savefig(path, format="png")
 
 
-def plot_drawdowns(path: Path | str, panels: Sequence[SeriesPanel], *, title: str, highlight: str = "champion") -> None:
+def plot_drawdowns(
+    path: Target,
+    panels: Sequence[SeriesPanel],
+    *,
+    title: str,
+    highlight: str = "champion",
+    size_px: tuple[int, int] = REPORT_SIZE_PX,
+) -> None:
     """Write a PNG of drawdown fractions ``1 - equity / running_max`` (>= 0), drawn in percent downwards from 0, one
     subplot per panel. ``highlight`` is drawn as a filled area.
 
@@ -200,7 +219,7 @@ def plot_drawdowns(path: Path | str, panels: Sequence[SeriesPanel], *, title: st
             a negative drawdown.
     """
     checked = _series_panels(panels, lambda v: v < 0, "drawdown fractions >= 0")
-    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
+    figure, axes = _figure(size_px, title, len(panels))
     for ax, panel, (dates, series) in zip(axes, panels, checked):
         deepest = 0.0
         for name, values in series.items():
@@ -217,7 +236,9 @@ def plot_drawdowns(path: Path | str, panels: Sequence[SeriesPanel], *, title: st
     figure.savefig(path, format="png")
 
 
-def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str) -> None:
+def plot_weights(
+    path: Target, panels: Sequence[WeightsPanel], *, title: str, size_px: tuple[int, int] = REPORT_SIZE_PX
+) -> None:
     """Write a PNG of portfolio weights per day as stacked areas (0 to 100%), one subplot per panel.
 
     The legend sits right of each subplot, top to bottom in the stack's order; past 12 labels its font shrinks and
@@ -241,7 +262,7 @@ def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str
 
     # 40 distinct qualitative colours; more labels than that repeat them.
     palette = [*matplotlib.colormaps["tab20"].colors, *matplotlib.colormaps["tab20b"].colors]
-    figure, axes = _figure(REPORT_SIZE_PX, title, len(panels))
+    figure, axes = _figure(size_px, title, len(panels))
     for ax, panel, (dates, rows) in zip(axes, panels, checked):
         labels = list(panel.labels)
         if dates and labels:
@@ -270,4 +291,34 @@ def plot_weights(path: Path | str, panels: Sequence[WeightsPanel], *, title: str
         _date_axis(ax, panel.title, dates)
         if dates and not labels:
             ax.text(0.5, 0.5, "no labels", transform=ax.transAxes, ha="center", va="center")
+    figure.savefig(path, format="png")
+
+
+def plot_lines(
+    path: Target,
+    panels: Sequence[SeriesPanel],
+    *,
+    title: str,
+    ylabel: str,
+    highlight: str = "champion",
+    percent: bool = False,
+    size_px: tuple[int, int] = REPORT_SIZE_PX,
+) -> None:
+    """Write a PNG of daily series on a linear y axis with a line at 0, one subplot per panel (rolling ratios,
+    turnover, costs); ``percent`` labels fractions as percentages. ``highlight`` is drawn thicker and on top.
+
+    Raises:
+        ValueError: No panels, a date that is not ISO, a series whose length is not its panel's number of dates, or
+            an infinite value.
+    """
+    checked = _series_panels(panels, math.isinf, "finite (None for a gap)")
+    figure, axes = _figure(size_px, title, len(panels))
+    for ax, panel, (dates, series) in zip(axes, panels, checked):
+        ax.axhline(0.0, color="grey", linewidth=0.8, zorder=1)
+        for name, values in series.items():
+            ax.plot(dates, values, **_style(name, highlight, len(dates)))
+        if percent:
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+        ax.set_ylabel(ylabel)
+        _date_axis(ax, panel.title, dates, legend=bool(series))
     figure.savefig(path, format="png")

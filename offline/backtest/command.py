@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from config import DEFAULTS_CHOSEN_ON, Config, add_run_flags, conventions, flag_settings, override
+from offline import tearsheet
 from offline.backtest import spread
 from offline.backtest.placement import (
     FOLD_THREADS,
@@ -112,7 +113,8 @@ def _check_continued(folder: Path, plan: dict[str, Any]) -> None:
             "run it with the same ones to continue it, or use another --name"
         )
     in_the_way = [folder / "folds"] if (folder / "folds").exists() and not (folder / "folds").is_dir() else []
-    in_the_way += [folder / name for name in OUTPUTS if (folder / name).exists() and not (folder / name).is_file()]
+    outputs = (*OUTPUTS, tearsheet.PAGE)
+    in_the_way += [folder / name for name in outputs if (folder / name).exists() and not (folder / name).is_file()]
     if in_the_way:
         kind = "a file" if in_the_way[0].name == "folds" else "a folder"
         raise ConfigError(
@@ -169,6 +171,8 @@ def _integers(text: str, flag: str) -> list[int]:
 def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
     from config import preset
+    from offline.evaluate import LABELS
+    from offline.holdout import INDEX
     from runtime.sharding import Ranks
     from training.setup import benchmark_label
     from utils.progress import GenerationProgress
@@ -272,6 +276,10 @@ def main(argv: Sequence[str]) -> int:
     summary = summarise(ordered, trading=conventions(config))
     label = benchmark_label(config)
     written = write_outputs(folder, summary, ordered, benchmark=label)
+    # The tear sheet: the test years chained per seed, champion against the baselines, and the summary's figures.
+    labels, title = {**LABELS, INDEX: label or "index"}, f"Tear sheet: walk-forward backtest {folder}"
+    sheet = tearsheet.backtest_sheet(summary, ordered, labels=labels, title=title)
+    written.append(tearsheet.write_page(folder / tearsheet.PAGE, sheet))
     if args.json:
         print(json.dumps(summary, allow_nan=False))
     else:

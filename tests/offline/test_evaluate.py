@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
 import math
 import shutil
@@ -34,7 +35,16 @@ def report(smoke_run, tmp_path_factory):
 def test_report_files(report):
     _, out = report
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["evaluation.json", "evaluation.csv", "daily.csv", "equity.png", "drawdowns.png", "weights.png", "history.png"]
+        [
+            "evaluation.json",
+            "evaluation.csv",
+            "daily.csv",
+            "equity.png",
+            "drawdowns.png",
+            "weights.png",
+            "history.png",
+            "report.html",
+        ]
     )
     for name in ("equity.png", "drawdowns.png", "weights.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
@@ -70,6 +80,23 @@ def test_every_figure_is_in_the_json_and_the_csv(report):
     assert holdout["metrics"]["champion"]["total_return"] == pytest.approx(math.expm1(total), rel=1e-9)
 
 
+def test_the_tear_sheet_reads_the_run(report):
+    """report.html holds the run's figures: every strategy by its label, the bundled index by what it is, the
+    selection verdict and both diagnostics, each range's days (126: annualised from 126 days, no Calmar)."""
+    _, out = report
+    page = html.unescape((out / "report.html").read_text(encoding="utf-8"))
+    document = json.loads((out / "evaluation.json").read_text())
+    assert page.startswith("<!DOCTYPE html>") and "Tear sheet: champion of " in page
+    for label in document["strategies"].values():
+        assert f"<th>{label}</th>" in page
+    assert document["strategies"]["index"] == "S&P 500 price index (no dividends)"
+    assert document["selection"] in page
+    assert document["diagnostics"]["deflated_sharpe_reading"] in page and document["diagnostics"]["pbo_reading"] in page
+    for name in RANGES:
+        assert f"{document['ranges'][name]['first_day']} to {document['ranges'][name]['last_day']}" in page
+    assert "annualised from 126 days" in page and "Calmar is not shown" in page
+
+
 def test_the_champion_scores_on_validation_what_training_measured(report):
     """Evaluation reruns the champion on the validation windows training used: the same total log return."""
     run, out = report
@@ -99,6 +126,7 @@ def test_printed_table_and_json(report, capsys):
     printed = capsys.readouterr().out
     for word in ("holdout", "validation", "champion", "untrained (same seed)", "Sharpe", "max DD", "report: "):
         assert word in printed
+    assert printed.rstrip().endswith("history.png, report.html)")  # the tear sheet among the written files
     # The two diagnostics, after the tables: figures, or n/a with the reason (a run that did not record them); then
     # what the selection gate concluded (the fixture crowns an agent in every generation).
     lines = printed.splitlines()

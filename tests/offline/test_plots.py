@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import datetime
+import io
 import math
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from offline.plots import (
     plot_drawdowns,
     plot_equity,
     plot_history,
+    plot_lines,
     plot_weights,
 )
 
@@ -129,6 +131,23 @@ def test_a_single_panel_and_a_missing_highlight_are_drawn(tmp_path):
     plot_drawdowns(tmp_path / "d.png", [drawdown_panel("only", 10)], title="t", highlight="cash")
     height, width, _ = matplotlib.image.imread(tmp_path / "d.png").shape
     assert (width, height) == REPORT_SIZE_PX
+
+
+def test_lines_go_into_a_file_object_at_the_size_asked(tmp_path):
+    """The tear sheet draws into memory at its own size: rolling ratios with gaps before a full window."""
+    buffer = io.BytesIO()
+    rolling = SeriesPanel("63-day window", iso_dates(40), {"champion": [None] * 10 + [0.1 * t for t in range(30)]})
+    plot_lines(buffer, [rolling, rolling], title="t", ylabel="Sharpe ratio", size_px=(800, 500))
+    assert buffer.getvalue()[:8] == PNG_MAGIC
+    height, width, _ = matplotlib.image.imread(io.BytesIO(buffer.getvalue())).shape
+    assert (width, height) == (800, 500)
+    plot_equity(tmp_path / "e.png", [equity_panel("only", 10)], title="t", size_px=(1000, 380))
+    height, width, _ = matplotlib.image.imread(tmp_path / "e.png").shape
+    assert (width, height) == (1000, 380)
+    with pytest.raises(ValueError, match="finite"):
+        bad = SeriesPanel("bad", iso_dates(2), {"a": [0.0, math.inf]})
+        plot_lines(tmp_path / "x.png", [bad], title="t", ylabel="y")
+    assert not (tmp_path / "x.png").exists()
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,10 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert all({"deflated_sharpe", "pbo"} <= set(row) for row in whole["folds"])
     folder = tmp_path / "whole" / "backtest"
     assert {p.name for p in folder.iterdir()} >= {"plan.json", "summary.json", "summary.csv", "backtest.png"}
+    # The tear sheet: the test years chained for the seed, champion against the baselines, and the summary's figures.
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    assert "Seed 0: test years 2004, 2005 chained" in page and "Backtest summary" in page
+    assert page.count("<h3") == 7 and "data:image/png;base64," in page
 
     # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint, held at the
     # start of its second generation (tests/hold_points.py; the first fold, released ahead, goes on).
@@ -106,7 +110,7 @@ def test_folders_where_the_backtests_files_go_are_refused_before_anything_is_wri
     assert main.main(command) == 0
     capsys.readouterr()
     folder = tmp_path / "backtest"
-    for name in OUTPUTS:
+    for name in (*OUTPUTS, "report.html"):
         (folder / name).unlink()
         (folder / name).mkdir()
         before = files_under(folder)

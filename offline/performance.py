@@ -1,0 +1,283 @@
+"""The tear sheet's figures of daily log-return series: the worst drawdowns, calendar-period returns, rolling Sharpe
+ratios, and one series against a benchmark (alpha, beta, tracking error, information ratio).
+
+The conventions are ``offline.risk``'s, so a figure here and one in ``evaluation.json`` never disagree: growth adds
+log returns; day-to-day risk uses the simple returns ``exp(r) - 1``, measured over what cash earned on the same days
+(``risk_free``, daily log returns; 0 when None); standard deviations have ``ddof=1``; a year is ``TRADING_DAYS``
+(252) days. They are the conventions of empyrical (the figures of pyfolio and quantstats), and the tests check them
+against empyrical-reloaded; the product computes them itself, with numpy alone, and depends on nothing more.
+
+Annualising a figure measured over fewer than a year of days extrapolates it; ``annualised`` names such a figure
+for what it is; a ratio that needs a year of days (Calmar: a yearly return over the worst fall) is not shown for
+fewer than ``CALMAR_MIN_DAYS``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from offline.risk import A_YEAR_AT_LEAST, TRADING_DAYS
+
+CALMAR_MIN_DAYS = A_YEAR_AT_LEAST
+"""The fewest days a Calmar ratio is shown for: a year's return over the year's worst fall needs a year
+(``offline.risk.A_YEAR_AT_LEAST``, as ``RiskMetrics.under_a_year``)."""
+PERIOD_KEYS = {"month": 7, "year": 4}
+"""Calendar periods by the length of their prefix of an ISO date: ``2020-03`` and ``2020``."""
+
+
+def annualised(days: int, periods_per_year: int = TRADING_DAYS) -> str:
+    """How to label a figure annualised from ``days`` days: 'annualised', or 'annualised from N days' when the
+    sample is shorter than a year (the yearly figure then extrapolates a part of one)."""
+    year = A_YEAR_AT_LEAST * periods_per_year / TRADING_DAYS
+    return "annualised" if days >= year else f"annualised from {days} days"
+
+
+def _series(values: ArrayLike, name: str, days: int | None = None) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.shape[0] == 0 or not np.isfinite(array).all():
+        raise ValueError(f"{name} must be a non-empty 1-D series of finite values")
+    if days is not None and array.shape[0] != days:
+        raise ValueError(f"{name} needs one value per day: {array.shape[0]} values for {days} days")
+    return array
+
+
+def _excess(log_returns: ArrayLike, risk_free: ArrayLike | None) -> np.ndarray:
+    """(D,) simple returns over what cash earned the same day (as ``offline.risk``'s Sharpe ratio)."""
+    simple = np.expm1(_series(log_returns, "log_returns"))
+    if risk_free is None:
+        return simple
+    return simple - np.expm1(_series(risk_free, "risk_free", simple.shape[0]))
+
+
+# ---------------------------------------------------------------------------------------------- drawdowns
+
+
+@dataclass(frozen=True)
+class DrawdownPeriod:
+    """One fall of the equity curve from a peak and, if it came, its recovery."""
+
+    peak: str
+    """The close the fall starts from (the last close at the running peak)."""
+    trough: str
+    """The lowest close before the recovery (or before the last day)."""
+    recovery: str | None
+    """The first close back at the peak; None when the series ends below it (not recovered)."""
+    depth: float
+    """``1 - trough / peak``, in (0, 1)."""
+    days: int
+    """The days that closed below the peak: to the recovery, or to the last day when not recovered (as
+    ``RiskMetrics.max_drawdown_days`` counts them)."""
+
+
+def drawdown_periods(log_returns: ArrayLike, dates: Sequence[str], *, start: str, top: int = 5) -> list[DrawdownPeriod]:
+    """The ``top`` deepest drawdowns of a series, deepest first (ties: the earlier first).
+
+    Args:
+        log_returns: (D,) daily log returns.
+        dates: (D,) the day each return is earned.
+        start: The close before the first return: the equity curve's first point (worth 1).
+
+    Raises:
+        ValueError: the series is empty or not finite, or ``dates`` does not have one date per return.
+    """
+    r = _series(log_returns, "log_returns", len(dates))
+    points = [start, *dates]  # (D + 1,) closes
+    log_equity = np.concatenate(([0.0], np.cumsum(r)))  # (D + 1,)
+    # offline.risk's drawdown, in log space; a point is underwater when it closed below the running peak.
+    drawdown = -np.expm1(log_equity - np.maximum.accumulate(log_equity))  # (D + 1,)
+    underwater = drawdown > 0
+    periods = []
+    day = 1
+    while day < len(points):
+        if not underwater[day]:
+            day += 1
+            continue
+        end = day
+        while end < len(points) and underwater[end]:
+            end += 1
+        trough = day + int(np.argmax(drawdown[day:end]))
+        periods.append(
+            DrawdownPeriod(
+                peak=points[day - 1],
+                trough=points[trough],
+                recovery=points[end] if end < len(points) else None,
+                depth=float(drawdown[trough]),
+                days=end - day,
+            )
+        )
+        day = end
+    return sorted(periods, key=lambda p: -p.depth)[:top]  # sorted() is stable: equal depths keep their order
+
+
+# ---------------------------------------------------------------------------------------------- calendar periods
+
+
+@dataclass(frozen=True)
+class PeriodReturn:
+    """A series' return over one calendar month or year."""
+
+    period: str
+    """``YYYY-MM`` or ``YYYY``."""
+    first_day: str
+    last_day: str
+    days: int
+    total_return: float
+    """``exp(sum r) - 1`` over the period's days: the growth of 1 held through them, minus 1."""
+    partial: bool
+    """The series starts or ends inside the period, so it misses some of the period's days."""
+
+
+def _weekdays_left(day: str, key: int) -> bool:
+    """Whether a weekday follows ``day`` in its calendar period (prefix length ``key``)."""
+    date = datetime.date.fromisoformat(day)
+    following = date + datetime.timedelta(days=1)
+    while following.isoformat()[:key] == day[:key]:
+        if following.weekday() < 5:
+            return True
+        following += datetime.timedelta(days=1)
+    return False
+
+
+def calendar_returns(
+    log_returns: ArrayLike, dates: Sequence[str], *, start: str, after: str | None, period: str
+) -> list[PeriodReturn]:
+    """The series' return in each calendar month or year it touches, in date order.
+
+    The first period is partial when ``start`` (the close before the first return) lies in it: the series misses
+    the days before. The last is partial when ``after`` (the market's next trading day) lies in it, or, when the
+    data has no next day, while a weekday of the period is still to come.
+
+    Args:
+        log_returns: (D,) daily log returns, earned on ``dates`` (ISO, ascending, without gaps in the market's days).
+        start: The close before the first return.
+        after: The market's trading day after the last date; None when the data ends there.
+        period: ``month`` or ``year``.
+
+    Raises:
+        ValueError: an unknown period, a series that is empty or not finite, or one date per return missing.
+    """
+    if period not in PERIOD_KEYS:
+        raise ValueError(f"period must be one of {', '.join(PERIOD_KEYS)}, got {period!r}")
+    key = PERIOD_KEYS[period]
+    r = _series(log_returns, "log_returns", len(dates))
+    groups: dict[str, list[int]] = {}
+    for day, date in enumerate(dates):
+        groups.setdefault(date[:key], []).append(day)
+    names = list(groups)
+    last_partial = _weekdays_left(dates[-1], key) if after is None else after[:key] == dates[-1][:key]
+    rows = []
+    for name, days in groups.items():
+        rows.append(
+            PeriodReturn(
+                period=name,
+                first_day=dates[days[0]],
+                last_day=dates[days[-1]],
+                days=len(days),
+                total_return=float(np.expm1(r[days].sum())),
+                partial=(name == names[0] and start[:key] == name) or (name == names[-1] and last_partial),
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- rolling Sharpe
+
+
+def rolling_sharpe(
+    log_returns: ArrayLike,
+    window: int,
+    *,
+    risk_free: ArrayLike | None = None,
+    periods_per_year: int = TRADING_DAYS,
+) -> np.ndarray:
+    """(D,) the Sharpe ratio of the ``window`` days ending on each day, ``offline.risk``'s definition (mean over
+    standard deviation of the excess simple returns, ``ddof=1``, times ``sqrt(periods_per_year)``); NaN before a
+    full window and where a window's excess returns are all equal.
+
+    Raises:
+        ValueError: ``window`` < 2, or a series that is empty, not finite or of another length.
+    """
+    if window < 2:
+        raise ValueError(f"window must be >= 2 days, got {window}")
+    excess = _excess(log_returns, risk_free)  # (D,)
+    out = np.full(excess.shape[0], math.nan)
+    if excess.shape[0] < window:
+        return out
+    windows = np.lib.stride_tricks.sliding_window_view(excess, window)  # (D - window + 1, window), a view
+    std = windows.std(axis=1, ddof=1)
+    flat = np.ptp(windows, axis=1) == 0.0  # exactly equal days: no spread, whatever rounding leaves in std
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[window - 1 :] = np.where(flat, math.nan, windows.mean(axis=1) / std * math.sqrt(periods_per_year))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- against a benchmark
+
+
+@dataclass(frozen=True)
+class Relative:
+    """A series against a benchmark over the same D days, from daily simple returns.
+
+    ``y = simple - cash`` and ``x = benchmark's simple - cash`` are the excess returns over what cash earned; the
+    daily regression ``y = alpha + beta * x + e`` is ordinary least squares. ``active = simple - benchmark's simple``
+    is the daily return of holding the series and shorting the benchmark. NaN marks a ratio whose denominator is 0.
+    """
+
+    days: int
+    beta: float
+    """``cov(x, y) / var(x)``: the daily exposure to the benchmark; NaN if the benchmark's excess is constant."""
+    alpha: float
+    """``mean(y) - beta * mean(x)``: the regression's daily intercept."""
+    annualised_alpha: float
+    """``(1 + alpha) ** N - 1``: the daily alpha compounded over a year (empyrical's and pyfolio's convention)."""
+    correlation: float
+    """Pearson correlation of ``x`` and ``y``; NaN if either is constant."""
+    tracking_error: float
+    """``std(active, ddof=1) * sqrt(N)``: the yearly spread of the active return; 0 for a copy of the benchmark."""
+    information_ratio: float
+    """``mean(active) / std(active, ddof=1) * sqrt(N)``: the active return per unit of tracking error, yearly."""
+    active_return: float
+    """``mean(active) * N``: the mean daily active return times a year's days."""
+
+
+def relative_figures(
+    log_returns: ArrayLike,
+    benchmark: ArrayLike,
+    *,
+    risk_free: ArrayLike | None = None,
+    periods_per_year: int = TRADING_DAYS,
+) -> Relative:
+    """``log_returns`` against ``benchmark`` (both daily log returns of the same days; see ``Relative``).
+
+    Raises:
+        ValueError: fewer than two days, a series that is not finite, or series of different lengths.
+    """
+    y = _excess(log_returns, risk_free)  # (D,)
+    days = y.shape[0]
+    if days < 2:
+        raise ValueError(f"relative figures need at least two days, got {days}")
+    x = _excess(_series(benchmark, "benchmark", days), risk_free)  # (D,)
+    active = y - x  # cash cancels: the series' simple return minus the benchmark's
+    year = float(periods_per_year)
+    dx, dy = x - x.mean(), y - y.mean()
+    spread_x, spread_y = float(np.dot(dx, dx)), float(np.dot(dy, dy))
+    flat_x, flat_y = np.ptp(x) == 0.0, np.ptp(y) == 0.0
+    beta = math.nan if flat_x else float(np.dot(dx, dy)) / spread_x
+    alpha = math.nan if flat_x else float(y.mean() - beta * x.mean())
+    tracking = 0.0 if np.ptp(active) == 0.0 else float(active.std(ddof=1))
+    return Relative(
+        days=days,
+        beta=beta,
+        alpha=alpha,
+        annualised_alpha=math.nan if flat_x else float((1.0 + alpha) ** year - 1.0),
+        correlation=math.nan if flat_x or flat_y else float(np.dot(dx, dy)) / math.sqrt(spread_x * spread_y),
+        tracking_error=tracking * math.sqrt(year),
+        information_ratio=math.nan if tracking == 0.0 else float(active.mean()) / tracking * math.sqrt(year),
+        active_return=float(active.mean()) * year,
+    )

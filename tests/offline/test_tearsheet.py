@@ -1,0 +1,356 @@
+"""The tear sheet (``offline.tearsheet``) and its figures (``offline.performance``): each figure on a series whose
+answer is known, against a direct computation, against the project's own ``offline.risk`` and against
+empyrical-reloaded (the figures of pyfolio and quantstats; a test dependency only); then the page itself."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from offline import tearsheet
+from offline.holdout import INDEX
+from offline.performance import (
+    annualised,
+    calendar_returns,
+    drawdown_periods,
+    relative_figures,
+    rolling_sharpe,
+)
+from offline.risk import TRADING_DAYS, risk_metrics
+from tests.offline.tearsheet_builders import (
+    POOLED,
+    WITH_INDEX,
+    backtest_inputs,
+    backtest_sheet,
+    evaluation_sheet,
+)
+
+empyrical = pytest.importorskip("empyrical", reason="empyrical-reloaded is a test dependency: requirements-dev.txt")
+
+TIGHT = {"rel": 1e-9, "abs": 1e-12}
+"""The tolerance between two float64 computations of the same formula (different order of operations)."""
+
+
+def returns(days: int, seed: int, mean: float = 4e-4, spread: float = 0.012) -> np.ndarray:
+    return np.random.default_rng(seed).normal(mean, spread, days)
+
+
+def business_days(first: str, days: int) -> list[str]:
+    return [d.date().isoformat() for d in pd.bdate_range(first, periods=days)]
+
+
+# ---------------------------------------------------------------------------------------------- drawdowns
+
+
+def test_the_worst_five_drawdowns_of_a_constructed_series():
+    """Six falls of known depth, two days under each, the last never recovered: the five deepest, deepest first."""
+    equity = [1.0]
+    falls = (0.10, 0.04, 0.25, 0.06, 0.02)
+    for fall in falls:
+        equity.append(equity[-1] * 1.1)  # a new peak
+        peak = equity[-1]
+        equity += [peak * math.sqrt(1 - fall), peak * (1 - fall)]  # two days down to the trough
+        equity.append(peak * 1.01)  # back above the peak
+    equity.append(equity[-1] * 1.1)
+    last_peak = len(equity) - 1
+    equity += [equity[-1] * 0.7, equity[-1] * 0.735]  # 30%, then 26.5% below: not recovered
+    log_returns = np.diff(np.log(equity))
+    days = business_days("2021-03-01", len(equity))
+    start, dates = days[0], days[1:]
+
+    periods = drawdown_periods(log_returns, dates, start=start)
+
+    assert len(periods) == 5
+    assert [round(p.depth, 9) for p in periods] == [0.30, 0.25, 0.10, 0.06, 0.04]  # 2% is the sixth: left out
+    worst = periods[0]
+    assert (worst.peak, worst.trough, worst.recovery, worst.days) == (
+        days[last_peak],
+        days[last_peak + 1],
+        None,
+        2,
+    )
+    third = periods[1]  # the 25% fall is the third: its peak is point 1 + 4 * 2
+    assert (third.peak, third.trough, third.recovery, third.days) == (days[9], days[11], days[12], 2)
+    # The project's own figures and the library's, on the same series.
+    metrics = risk_metrics(log_returns)
+    assert worst.depth == pytest.approx(metrics.max_drawdown, **TIGHT)
+    assert max(p.days for p in periods) == metrics.max_drawdown_days
+    assert -worst.depth == pytest.approx(empyrical.max_drawdown(np.expm1(log_returns)), **TIGHT)
+
+
+def test_a_series_that_never_falls_has_no_drawdown():
+    days = business_days("2021-03-01", 11)
+    assert drawdown_periods(np.full(10, 0.001), days[1:], start=days[0]) == []
+
+
+def test_drawdowns_of_random_days_agree_with_risk_and_empyrical():
+    r = returns(700, seed=4)
+    days = business_days("2019-01-01", 701)
+    periods = drawdown_periods(r, days[1:], start=days[0], top=1000)
+    metrics = risk_metrics(r)
+    assert periods[0].depth == pytest.approx(metrics.max_drawdown, **TIGHT)
+    assert max(p.days for p in periods) == metrics.max_drawdown_days
+    assert -periods[0].depth == pytest.approx(empyrical.max_drawdown(np.expm1(r)), **TIGHT)
+    # empyrical's underwater curve, day by day, reaches each period's depth at its trough.
+    underwater = -empyrical.stats.drawdown_series(pd.Series(np.expm1(r), index=pd.to_datetime(days[1:])))
+    for p in periods[:5]:
+        assert underwater[pd.Timestamp(p.trough)] == pytest.approx(p.depth, **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------------- calendar periods
+
+
+def test_monthly_and_yearly_returns_mark_partial_periods():
+    """From 5 March 2020 (the close before is in March: March is partial) to 10 February 2021, with no next day in
+    the data (weekdays of February are still to come: partial)."""
+    days = business_days("2020-03-04", 246)
+    start, dates = days[0], days[1:]
+    assert dates[-1] == "2021-02-10"
+    r = returns(len(dates), seed=5)
+
+    months = calendar_returns(r, dates, start=start, after=None, period="month")
+    years = calendar_returns(r, dates, start=start, after=None, period="year")
+
+    assert [m.period for m in months] == [f"2020-{m:02d}" for m in range(3, 13)] + ["2021-01", "2021-02"]
+    assert [m.partial for m in months] == [True] + [False] * 10 + [True]
+    assert (months[0].first_day, months[0].days) == ("2020-03-05", 19)
+    assert [(y.period, y.partial) for y in years] == [("2020", True), ("2021", True)]
+    assert sum(m.days for m in months) == sum(y.days for y in years) == len(dates)
+
+    # Against the library: the same compounded returns by calendar month and year.
+    simple = pd.Series(np.expm1(r), index=pd.to_datetime(dates))
+    monthly = empyrical.aggregate_returns(simple, "monthly")
+    yearly = empyrical.aggregate_returns(simple, "yearly")
+    assert [m.total_return for m in months] == pytest.approx(list(monthly), **TIGHT)
+    assert [y.total_return for y in years] == pytest.approx(list(yearly), **TIGHT)
+
+
+def test_whole_periods_are_not_partial():
+    """The close before is in February and the next trading day in March: every month is whole; the year is not
+    (the days start in March)."""
+    days = business_days("2020-02-28", 253)  # 2020-02-28 .. 2021-02-26
+    start, dates = days[0], days[1:]
+    r = returns(len(dates), seed=6)
+    months = calendar_returns(r, dates, start=start, after="2021-03-01", period="month")
+    assert not any(m.partial for m in months) and months[-1].period == "2021-02"
+    years = calendar_returns(r, dates, start=start, after="2021-03-01", period="year")
+    assert [(y.period, y.partial) for y in years] == [("2020", True), ("2021", True)]
+    # The next trading day inside the last month: the month is partial even on its last weekday's eve.
+    assert calendar_returns(r, dates, start=start, after="2021-02-27", period="month")[-1].partial
+    with pytest.raises(ValueError, match="period must be one of month, year"):
+        calendar_returns(r, dates, start=start, after=None, period="week")
+
+
+# ---------------------------------------------------------------------------------------------- rolling Sharpe
+
+
+@pytest.mark.parametrize("window", [63, 252])
+def test_rolling_sharpe_against_a_direct_computation(window):
+    r, cash = returns(400, seed=7), np.full(400, 1.5e-4)
+    rolling = rolling_sharpe(r, window, risk_free=cash)
+    assert rolling.shape == (400,) and np.isnan(rolling[: window - 1]).all()
+    for end in (window, 250, 399):
+        if end < window - 1:
+            continue
+        days = slice(end - window + 1, end + 1)
+        excess = np.expm1(r[days]) - np.expm1(cash[days])
+        direct = excess.mean() / excess.std(ddof=1) * math.sqrt(TRADING_DAYS)
+        assert rolling[end] == pytest.approx(direct, **TIGHT)
+        assert rolling[end] == pytest.approx(risk_metrics(r[days], risk_free=cash[days]).sharpe, **TIGHT)
+    # The library's rolling Sharpe ratio of the excess returns: one value per full window.
+    library = empyrical.roll_sharpe_ratio(np.expm1(r) - np.expm1(cash), window)
+    assert rolling[window - 1 :] == pytest.approx(np.asarray(library), rel=1e-9)
+
+
+def test_rolling_sharpe_of_a_flat_window_is_a_gap_and_a_short_series_has_none():
+    cash = np.full(100, 1e-4)
+    assert np.isnan(rolling_sharpe(cash, 63, risk_free=cash)).all()  # no excess: no ratio, not +-inf
+    assert np.isnan(rolling_sharpe(returns(50, seed=8), 63)).all()
+
+
+# ---------------------------------------------------------------------------------------------- against a benchmark
+
+
+def test_alpha_beta_information_ratio_and_tracking_error():
+    days = 500
+    benchmark, noise, cash = returns(days, seed=9), returns(days, seed=10, mean=1e-4, spread=0.004), np.full(days, 1e-4)
+    champion = 0.8 * benchmark + noise  # a beta near 0.8 and some alpha
+    figures = relative_figures(champion, benchmark, risk_free=cash)
+
+    # A least-squares regression in numpy: excess simple returns over cash, an intercept and a slope.
+    y = np.expm1(champion) - np.expm1(cash)
+    x = np.expm1(benchmark) - np.expm1(cash)
+    (alpha, beta), *_ = np.linalg.lstsq(np.column_stack([np.ones(days), x]), y, rcond=None)
+    assert figures.beta == pytest.approx(beta, **TIGHT) and 0.7 < figures.beta < 0.9
+    assert figures.alpha == pytest.approx(alpha, **TIGHT)
+    assert figures.annualised_alpha == pytest.approx((1 + alpha) ** TRADING_DAYS - 1, **TIGHT)
+    assert figures.correlation == pytest.approx(np.corrcoef(x, y)[0, 1], **TIGHT)
+
+    # empyrical-reloaded, on the simple returns with cash as the risk-free return of each day.
+    simple, simple_benchmark, simple_cash = np.expm1(champion), np.expm1(benchmark), np.expm1(cash)
+    library_alpha, library_beta = empyrical.alpha_beta(simple, simple_benchmark, risk_free=simple_cash)
+    assert figures.beta == pytest.approx(library_beta, **TIGHT)
+    assert figures.annualised_alpha == pytest.approx(library_alpha, **TIGHT)
+    active = simple - simple_benchmark
+    assert figures.tracking_error == pytest.approx(empyrical.annual_volatility(active), **TIGHT)
+    library_ir = empyrical.excess_sharpe(simple, simple_benchmark) * math.sqrt(TRADING_DAYS)
+    assert figures.information_ratio == pytest.approx(library_ir, **TIGHT)
+    assert figures.active_return == pytest.approx(active.mean() * TRADING_DAYS, **TIGHT)
+
+
+def test_a_copy_of_the_benchmark_has_no_active_risk():
+    r = returns(200, seed=11)
+    figures = relative_figures(r, r)
+    assert figures.beta == pytest.approx(1.0) and figures.alpha == pytest.approx(0.0, abs=1e-15)
+    assert figures.tracking_error == 0.0 and math.isnan(figures.information_ratio)
+
+
+def test_the_projects_risk_figures_agree_with_empyrical():
+    """``offline.risk`` (evaluation.json's figures and the page's summary table) against the library, a year and a
+    half of days with cash earning a rate."""
+    r, cash = returns(380, seed=12), np.full(380, 1.2e-4)
+    m = risk_metrics(r, risk_free=cash)
+    simple, simple_cash = np.expm1(r), np.expm1(cash)
+    assert m.sharpe == pytest.approx(empyrical.sharpe_ratio(simple, risk_free=simple_cash), **TIGHT)
+    assert m.sortino == pytest.approx(empyrical.sortino_ratio(simple - simple_cash), **TIGHT)
+    assert m.annualised_volatility == pytest.approx(empyrical.annual_volatility(simple), **TIGHT)
+    assert m.annualised_return == pytest.approx(empyrical.annual_return(simple), **TIGHT)
+    assert m.max_drawdown == pytest.approx(-empyrical.max_drawdown(simple), **TIGHT)
+    assert m.calmar == pytest.approx(empyrical.calmar_ratio(simple), **TIGHT)
+    assert m.total_return == pytest.approx(empyrical.cum_returns_final(simple), **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------------- the page
+
+
+@pytest.fixture(scope="module")
+def evaluation_page() -> tuple[tearsheet.Sheet, str]:
+    """A 126-day holdout and a 300-day validation range, with the bundled index: the sheet and its page."""
+    sheet = evaluation_sheet(holdout=126, validation=300)
+    return sheet, tearsheet.render(sheet)
+
+
+@pytest.fixture(scope="module")
+def backtest_page() -> tuple[tearsheet.Sheet, str]:
+    """Two seeds over the test years 2019 and 2020, with a pooled test in the summary."""
+    sheet = backtest_sheet()
+    return sheet, tearsheet.render(sheet)
+
+
+def test_annualisation_is_labelled_for_a_126_day_sample(evaluation_page):
+    assert annualised(126) == "annualised from 126 days" and annualised(252) == annualised(600) == "annualised"
+    sheet, page = evaluation_page
+    holdout, validation = sheet.parts
+    assert len(holdout.dates) == 126 and len(validation.dates) == 300
+
+    short = tearsheet.summary_table(holdout, sheet.labels).header
+    assert "annual return (annualised from 126 days)" in short and "Sharpe (annualised from 126 days)" in short
+    assert not any("Calmar" in h for h in short)  # a ratio that needs a year is not shown for half of one
+    relative = tearsheet.relative_table(holdout, sheet.labels).header
+    assert "alpha (annualised from 126 days)" in relative
+    assert "information ratio (annualised from 126 days)" in relative
+    assert "tracking error (annualised from 126 days)" in relative
+
+    long = tearsheet.summary_table(validation, sheet.labels).header
+    assert "Calmar" in long and "annual return (annualised)" in long and not any("from 300" in h for h in long)
+
+    assert "252-day rolling Sharpe: not shown; the series has 126 days" in page
+    assert "Calmar is not shown: it needs at least 252 days" in page
+    assert page.count("annualised from 126 days") >= 8
+
+
+def test_the_page_lists_every_baseline_present(evaluation_page):
+    sheet, page = evaluation_page
+    assert WITH_INDEX[INDEX] == "S&P 500 price index (no dividends)"
+    for part in sheet.parts:
+        assert list(part.log_returns) == ["champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX]
+    for label in WITH_INDEX.values():
+        assert page.count(f"<th>{html.escape(label)}</th>") >= 2  # a row of each part's summary table
+    without = evaluation_sheet(index=False, holdout=30, validation=30)
+    assert INDEX not in without.parts[0].log_returns
+    assert [row[0] for row in tearsheet.relative_table(without.parts[0], without.labels).rows] == [
+        "equal weight, daily"
+    ]
+
+
+def test_the_summary_table_holds_the_figures_of_evaluation_json(evaluation_page):
+    sheet, _ = evaluation_page
+    part = sheet.parts[0]
+    table = tearsheet.summary_table(part, sheet.labels)
+    champion = next(row for row in table.rows if row[0] == "champion")
+    m = risk_metrics(
+        part.log_returns["champion"],
+        turnover=part.turnover["champion"],
+        costs=part.costs["champion"],
+        risk_free=part.cash_returns,
+    )
+    assert champion[1] == f"{100 * m.total_return:+.1f}%" and champion[4] == f"{m.sharpe:+.2f}"
+
+
+class _Page(HTMLParser):
+    """Every tag, attribute and the text of style and script elements of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str]] = []
+        self.code: list[str] = []
+        self._open: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attributes += [(name, value or "") for name, value in attrs]
+        self._open = tag
+
+    def handle_endtag(self, tag):
+        self._open = None
+
+    def handle_data(self, data):
+        if self._open in ("style", "script"):
+            self.code.append(data)
+
+
+@pytest.mark.parametrize("which", ["evaluation_page", "backtest_page"])
+def test_the_page_fetches_nothing(which, request):
+    """No script, no external style sheet, font or frame; every image inline PNG data, every link to the page
+    itself, and no address in any attribute or in the style sheet (plain text may name one)."""
+    _, page = request.getfixturevalue(which)
+    parser = _Page()
+    parser.feed(page)
+    assert not {"script", "link", "iframe", "object", "embed", "base", "svg"} & set(parser.tags)
+    images = [value for name, value in parser.attributes if name == "src"]
+    assert images and all(re.fullmatch(r"data:image/png;base64,[A-Za-z0-9+/]+=*", v) for v in images)
+    assert all(value.startswith("#") for name, value in parser.attributes if name == "href")
+    others = [v for name, v in parser.attributes if name not in ("src", "href")]
+    assert not [v for v in others if re.search(r"https?:|//", v)]
+    assert not [c for c in parser.code if "url(" in c or "@import" in c or "http" in c]
+    without_images = re.sub(r"data:image/png;base64,[A-Za-z0-9+/]+=*", "", page)
+    assert not re.search(r"https?://", without_images)
+
+
+def test_the_backtest_page_chains_the_test_years_per_seed_and_shows_the_pooled_test(backtest_page):
+    sheet, page = backtest_page
+    assert [p.title for p in sheet.parts] == [
+        "Seed 0: test years 2019, 2020 chained",
+        "Seed 1: test years 2019, 2020 chained",
+    ]
+    part = sheet.parts[0]
+    assert part.dates[0] == "2019-01-01" and part.dates[-1] == "2020-12-31" and part.start == "2018-12-31"
+    assert list(part.log_returns) == ["champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX]
+    assert part.cash_returns is part.log_returns["cash"]
+    years = tearsheet.yearly_table(part, sheet.labels).rows
+    assert [row[0] for row in years] == ["2019", "2020"]  # whole years: neither is partial
+    assert f"pooled test: {POOLED['verdict']}" in page
+    for name, value in (("edge", "-0.012"), ("t", "-0.4"), ("proven", "no"), ("days", "1,004")):
+        cell = f'<td class="neg">{value}</td>' if value.startswith("-") else f"<td>{value}</td>"
+        assert f"<tr><th>{name}</th>{cell}</tr>" in page
+    assert "<th>blocks</th>" not in page  # a list: not a scalar figure
+    summary, _ = backtest_inputs(pooled=None)
+    verdict = tearsheet.backtest_verdict(summary, WITH_INDEX)
+    assert not any("pooled" in sentence for sentence in verdict.sentences) and len(verdict.tables) == 2
