@@ -261,7 +261,7 @@ def test_annualisation_is_labelled_for_a_126_day_sample(evaluation_page):
     assert "Calmar" in long and "annual return (annualised)" in long and not any("from 300" in h for h in long)
 
     assert "252-day rolling Sharpe: not shown; the series has 126 days" in page
-    assert "Calmar is not shown: it needs at least 252 days" in page
+    assert "Calmar is not shown: it needs at least 250 days" in page
     assert page.count("annualised from 126 days") >= 8
 
 

@@ -142,7 +142,10 @@ def test_a_name_or_location_that_is_a_file_is_refused(prices, tmp_path, capsys):
         (["--years", ""], "--years expects"),
         (["--years", "1890"], "not in the data"),
         (["--years", "2000"], "test year 2000: the price data has 260 rows"),
-        (["--years", "2001", "--set", "env.execution_delay=0"], "test year 2001: rollout.fitness_block_every"),
+        (
+            ["--years", "2001", "--set", "env.execution_delay=0", "--set", "data.gap_before_validation=false"],
+            "test year 2001: rollout.fitness_block_every",
+        ),
         (["--folds", "0"], "--folds must be >= 1"),
         (["--jobs", "0"], "--jobs must be >= 1, got 0"),
         (["--threads", "0"], "--threads must be >= 1, got 0"),
