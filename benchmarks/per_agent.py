@@ -19,7 +19,7 @@ import dataclasses
 
 import torch
 
-from environment.kernel import cash_weights, portfolio_step, with_cash
+from environment.kernel import cash_weights, decision_step
 from environment.market import Market
 from environment.observation import WindowGatherer
 from models.learner import Learner
@@ -85,6 +85,7 @@ def run_episodes(
     *,
     episode_days: int,
     cost_rate: float,
+    execution_delay: int,
     exploring: list[bool] | None = None,
     store: TransitionStore | None = None,
     generator: torch.Generator | None = None,
@@ -107,7 +108,15 @@ def run_episodes(
                 if exploring is not None and exploring[e]:
                     logits = logits + stdev * torch.randn(logits.shape, generator=generator, device=device)
                 action = torch.softmax(logits, dim=-1)
-                result = portfolio_step(weights, action, with_cash(market.relatives[day + 1]), cost_rate=cost_rate)
+                fill = torch.tensor(day + execution_delay, device=device)
+                result = decision_step(
+                    weights,
+                    action,
+                    market.day_relatives(fill + 1),
+                    cost_rate=cost_rate,
+                    fill_relatives=market.day_relatives(fill) if execution_delay else None,
+                    tradable=market.tradable_on(fill),
+                )
                 if store is not None:
                     store.add(day, weights, action, result.rewards, result.next_weights)
                 totals[a, e] += result.rewards

@@ -140,7 +140,11 @@ def measure_population(
         start_list = [int(day) for day in starts.cpu()]
         exploring = [bool(flag) for flag in trainer.rollouts.exploring.cpu()]
         validation_list = [int(day) for day in trainer.validation.starts.cpu()]
-        episode = {"episode_days": cfg_env.episode_days, "cost_rate": cfg_env.cost_rate}
+        episode = {
+            "episode_days": cfg_env.episode_days,
+            "cost_rate": cfg_env.cost_rate,
+            "execution_delay": cfg_env.execution_delay,
+        }
         generator = torch.Generator(device=device).manual_seed(2)
         gatherer = trainer.rollouts.env.gatherer
         view = single_sample_view(trainer.buffer, cfg_learner.batch_size)

@@ -47,7 +47,12 @@ def with_cash(relatives: torch.Tensor, cash: torch.Tensor | None = None) -> torc
 
 
 def portfolio_step(
-    weights: torch.Tensor, target: torch.Tensor, relatives: torch.Tensor, *, cost_rate: float
+    weights: torch.Tensor,
+    target: torch.Tensor,
+    relatives: torch.Tensor,
+    *,
+    cost_rate: float,
+    next_weights: torch.Tensor | None = None,
 ) -> StepResult:
     """Rebalance to ``target``, pay costs, hold through one day of price ``relatives``.
 
@@ -56,13 +61,16 @@ def portfolio_step(
         target: (..., N + 1) target weights, each row on the simplex.
         relatives: (..., N + 1) price relatives of the day, cash first (see ``with_cash``).
         cost_rate: cost per unit of turnover.
+        next_weights: what the next decision sees instead of the weights drifted through the day (``decision_step``
+            with a delay: the order itself); None for the drifted weights.
     """
     turnover = (target[..., 1:] - weights[..., 1:]).abs().sum(-1)
     costs = cost_rate * turnover
     held = target * relatives
     growth = held.sum(-1)
     rewards = torch.log(growth) + torch.log1p(-costs)
-    next_weights = held / growth.unsqueeze(-1)
+    if next_weights is None:
+        next_weights = held / growth.unsqueeze(-1)
     return StepResult(next_weights, rewards, turnover, costs)
 
 
@@ -107,8 +115,8 @@ def decision_step(
     before = weights if fill_relatives is None else drift(weights, fill_relatives)
     if tradable is not None:
         target = fill_tradable(target, tradable)
-    result = portfolio_step(before, target, relatives, cost_rate=cost_rate)
-    return result if fill_relatives is None else result._replace(next_weights=target)
+    filled = None if fill_relatives is None else target  # a delayed decision sees its order next
+    return portfolio_step(before, target, relatives, cost_rate=cost_rate, next_weights=filled)
 
 
 def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.device | str = "cpu") -> torch.Tensor:

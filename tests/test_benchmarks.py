@@ -38,6 +38,7 @@ def test_the_reference_loop_earns_what_the_batched_environment_earns(tmp_path):
         [int(day) for day in starts],
         episode_days=trainer.validation.env.episode_days,
         cost_rate=env.cost_rate,
+        execution_delay=env.execution_delay,
     )
     torch.testing.assert_close(totals.sum(dim=1), daily[:-2].sum(dim=1), rtol=1e-4, atol=1e-5)
 
@@ -56,7 +57,7 @@ def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     update_agents(agents[:1], view, 1, generator=generator)
     generator.set_state(state)
     batch = view.sample(generator)
-    expanded = tree_map(lambda t: t.expand(trainer.population.popsize, *t.shape[1:]), batch)
+    expanded = tree_map(lambda t: None if t is None else t.expand(trainer.population.popsize, *t.shape[1:]), batch)
     trainer.population.learner.update(expanded)
     for single, stacked in zip(agents[0].actor.parameters(), trainer.population.actor.parameters()):
         torch.testing.assert_close(single[0], stacked[0], rtol=1e-4, atol=1e-6)
