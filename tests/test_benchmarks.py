@@ -19,6 +19,8 @@ from training.loop import Trainer
 from training.selection import SequentialGate, choose_champion, edge_bounds
 from training.setup import load_market
 
+pytestmark = pytest.mark.slow  # each test runs a benchmark script's measurement, small
+
 
 def small_trainer(tmp_path) -> Trainer:
     config = override(preset("smoke"), {"runtime.device": "cpu", "evolution.popsize": 3, "learner.buffer_size": 5000})

@@ -22,6 +22,8 @@ from tests import loopback_only
 from tests.conftest import ROOT
 from tests.run_checks import deterministic, rows, state_digest
 
+pytestmark = pytest.mark.slow  # each test runs main.py in a process of its own on the emulated device
+
 SMOKE = ["--preset", "smoke", "--no-progress", "--device", "cuda"]
 
 

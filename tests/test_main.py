@@ -64,6 +64,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
         (["--set", "learner.batch_size=10000000000"], ["needs at least", "learner.batch_size"]),
     ],
 )
+@pytest.mark.slow
 def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
     work, temp = tmp_path / "work", tmp_path / "temp"  # nothing anywhere: the temporary directory included
     work.mkdir(), temp.mkdir()
@@ -83,6 +84,7 @@ def test_bad_config_is_one_line_and_writes_nothing(tmp_path, args, phrases):
         ("", ["prices.csv"]),
     ],
 )
+@pytest.mark.slow
 def test_malformed_data_file_is_one_line_and_writes_nothing(tmp_path, content, phrases):
     (tmp_path / "prices.csv").write_text(content)
     result = run_cli("--data", str(tmp_path / "prices.csv"), "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
@@ -90,6 +92,7 @@ def test_malformed_data_file_is_one_line_and_writes_nothing(tmp_path, content, p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prices.csv"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("uri", ["a-file", "a-file/runs"])
 def test_a_checkpoint_location_that_is_a_file(tmp_path, uri):
     (tmp_path / "a-file").write_text("not a folder")
@@ -109,6 +112,7 @@ def test_a_checkpoint_location_that_is_a_file(tmp_path, uri):
         ("prices.csv", lambda p: p.mkdir(), ["is a folder", "file itself"]),
     ],
 )
+@pytest.mark.slow
 def test_data_mistakes_say_what_to_do(tmp_path, name, make, phrases):
     make(tmp_path / name)
     result = run_cli("--data", str(tmp_path / name), "--checkpoint-uri", str(tmp_path / "runs"), cwd=tmp_path)
@@ -128,6 +132,7 @@ def test_resume_with_nothing_to_resume_is_an_error_not_a_fresh_start(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_resume_refuses_to_change_the_run_settings(tmp_path):
     runs = str(tmp_path / "runs")
     first = run_cli(
@@ -140,6 +145,7 @@ def test_resume_refuses_to_change_the_run_settings(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs" / "r").iterdir()) == before
 
 
+@pytest.mark.slow
 def test_starting_over_an_existing_run_is_refused(tmp_path):
     runs = str(tmp_path / "runs")
     args = ("--preset", "smoke", "--generations", "1", "--checkpoint-uri", runs, "--run-name", "r")
@@ -167,6 +173,7 @@ def test_help_lists_every_config_key_with_its_meaning(tmp_path):
     assert "Polyak coefficient" in result.stdout
 
 
+@pytest.mark.slow
 def test_tensorboard_logs_every_generation_and_a_resume_continues_it(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import main
 from environment.features import BUILT_IN_FEATURES, FEATURE_NAMES, BuiltInFeature
@@ -33,6 +34,7 @@ def _range(prices: pd.DataFrame) -> pd.DataFrame:
     return np.log(prices.rolling(10).max() / prices.rolling(10).min())
 
 
+@pytest.mark.slow
 def test_a_feature_added_to_the_environment_is_trained_evaluated_and_exported(monkeypatch, tmp_path, capsys):
     definition = "log(max / min) of the last 10 prices"
     monkeypatch.setitem(BUILT_IN_FEATURES, "range_10d", BuiltInFeature(definition, _range))

@@ -47,6 +47,7 @@ def _calls(module: torch.nn.Module) -> list[int]:
     return seen
 
 
+@pytest.mark.slow
 def test_updates_on_a_fixed_batch_lower_every_critics_loss():
     learner = _learner(lr=1e-2)
     batch = _batch()
@@ -150,6 +151,7 @@ def test_model_objective_prices_trading_costs():
     assert (costly["actor"] > free["actor"]).all()
 
 
+@pytest.mark.slow
 def test_the_tilt_penalty_prices_the_squared_distance_from_equal_weight():
     """The actor's loss rises by exactly tilt_penalty times the mean squared distance of its actions from equal
     weight (cash 0); and updates with a large penalty pull every agent's actions towards equal weight."""

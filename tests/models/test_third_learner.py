@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -98,6 +99,7 @@ def train(root, run: str, generations: int, *extra: str) -> int:
     return main.main([*argv, "--generations", str(generations), "--set", "learner.learning_starts=64", *extra])
 
 
+@pytest.mark.slow
 def test_a_third_learner_trains_resumes_records_and_is_inspected_by_code_that_names_none_of_its_parts(
     monkeypatch, tmp_path, capsys
 ):

@@ -120,6 +120,7 @@ def test_an_export_evaluates_like_its_checkpoint(report, tmp_path):
     assert diagnostics["pbo_reading"] == "PBO n/a (an export has no run history)"
 
 
+@pytest.mark.slow
 def test_printed_table_and_json(report, capsys):
     run, _ = report
     assert main.main(["evaluate", str(run / "gen-000003"), "--out", str(run / "again")]) == 0
@@ -141,6 +142,7 @@ def test_printed_table_and_json(report, capsys):
     assert document["selection"] == lines[first + 2].removeprefix("selection: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", ["recorded", "older"])
 def test_diagnostics_come_from_the_run_history(report, tmp_path, monkeypatch, capsys, add_validation_keys, rows):
     """The trials are the history's agents (3 generations of 4); the champion's Sharpe ratio is its validation
@@ -200,6 +202,7 @@ def test_a_damaged_generation_is_refused(report, tmp_path, capsys):
     assert not (copy / "evaluation").exists()
 
 
+@pytest.mark.slow
 def test_tensorboard_flag_writes_the_figures(report, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import matplotlib.image
+import pytest
 import safetensors.numpy
 import safetensors.torch
 import torch
@@ -345,6 +346,7 @@ def test_a_run_folder_without_a_complete_generation(capsys, tmp_path):
     assert_one_line_error(capsys, [run_dir], "no complete checkpoint generation", str(run_dir))
 
 
+@pytest.mark.slow
 def test_command_line_in_a_subprocess(smoke_run, tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "main.py"), "inspect", str(smoke_run), "--json"],
@@ -419,6 +421,7 @@ def test_an_equal_weight_champion_is_named_as_such(capsys, monkeypatch, tmp_path
     assert json.loads(out)["selection"] == line.removeprefix("selection").strip()
 
 
+@pytest.mark.slow
 def test_a_td3_checkpoint_is_hashed_and_counted_with_its_twin_critic(capsys, tmp_path):
     """Every network of the learner counts: two TD3 checkpoints that differ only in the twin critic hash apart, and
     its parameters are counted as trained."""

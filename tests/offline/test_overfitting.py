@@ -156,6 +156,7 @@ def test_the_splits_are_every_half_and_symmetric():
     assert {row.tobytes() for row in 1.0 - splits} == {row.tobytes() for row in splits}
 
 
+@pytest.mark.slow
 def test_null_candidates_overfit_half_the_time():
     generator = np.random.default_rng(3)
     pbos = [cscv(generator.normal(size=(50, 16))).pbo for _ in range(100)]

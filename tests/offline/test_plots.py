@@ -115,6 +115,7 @@ def report_plots(n: int):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["equity", "drawdowns", "weights"])
 @pytest.mark.parametrize("length", [0, 2, 60])
 def test_report_plots_write_a_png_of_the_stated_size(tmp_path, which, length):

@@ -23,6 +23,8 @@ from offline.holdout import RANGES, run_range
 from persistence import checkpoint
 from training.setup import load_market
 
+pytestmark = pytest.mark.slow  # its fixture trains a run with bf16 encoders and crowns an agent
+
 
 @pytest.fixture(scope="module")
 def bf16_run(tmp_path_factory) -> Path:

@@ -20,6 +20,8 @@ from tests.run_checks import state_digest
 from tests.synthetic import replay_batch
 from training.runs import resume_run, start_run
 
+pytestmark = pytest.mark.slow  # torch.compile on the CPU takes tens of seconds a function
+
 P, B, N, WINDOW = 3, 8, 3, 6
 
 

@@ -44,6 +44,7 @@ def train(root: Path, *, graphs: bool, generations: int = GENERATIONS) -> Traine
     return trainer
 
 
+@pytest.mark.slow
 def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
     with emulate_cuda():
         graphed = train(tmp_path / "graphs", graphs=True)
@@ -58,6 +59,7 @@ def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
     assert eager.update_phase.steps[True].captures == eager.rollouts.step.captures == 0
 
 
+@pytest.mark.slow
 def test_replayed_graphs_train_the_eager_numbers_on_the_device(tmp_path, cuda):
     """The graphed run's first replayed generation against the eager run's: three generations, since a graphed step
     runs eagerly twice (its warm-up) and captures in the third call. On the emulated device the numbers are equal bit
@@ -80,6 +82,7 @@ def test_replayed_graphs_train_the_eager_numbers_on_the_device(tmp_path, cuda):
             torch.testing.assert_close(got, tensor, rtol=1e-4, atol=1e-6, msg=key)
 
 
+@pytest.mark.slow
 def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path, cuda):
     whole = train(tmp_path / "whole", graphs=True)
     train(tmp_path / "parts", graphs=True, generations=2)

@@ -43,6 +43,7 @@ def assert_same_tensors(left: dict[str, torch.Tensor], right: dict[str, torch.Te
     ]
 
 
+@pytest.mark.slow
 def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_path, monkeypatch, writer_threads):
     reference = smoke_run(tmp_path, "reference").trainer
     reference.run(until=2)
@@ -77,6 +78,7 @@ def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_
     assert all(row["checkpoint_write_s"] > 0 for row in rows(trainer.run_dir))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", [2, 3])
 def test_a_failed_write_is_raised_in_the_training_thread(tmp_path, monkeypatch, failing, writer_threads):
     trainer = smoke_run(tmp_path, "r").trainer
@@ -138,6 +140,7 @@ def test_finishing_a_run_waits_for_the_write_in_flight(tmp_path, monkeypatch, wr
 # ------------------------------------------------------------------------------------------ the state, as one value
 
 
+@pytest.mark.slow
 def test_the_trainer_gives_its_state_as_one_value_and_takes_it_back(tmp_path):
     trained = smoke_run(tmp_path, "trained", **{"runtime.generations": 2}).trainer
     trained.run(until=2)

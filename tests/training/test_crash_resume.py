@@ -13,6 +13,8 @@ from persistence import checkpoint
 from tests import hold_points
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 
+pytestmark = pytest.mark.slow  # each test runs, kills and resumes training processes
+
 REPO = Path(__file__).resolve().parents[2]
 GENERATIONS = 4
 TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress"]

@@ -60,6 +60,7 @@ def check_the_checkpoint_holds_the_live_state(trainer: Trainer) -> None:
     assert all(torch.equal(written[key], tensor.cpu()) for key, tensor in live.items()), "the checkpoint differs"
 
 
+@pytest.mark.slow
 def test_the_cuda_path_trains_the_cpus_numbers_on_the_device(tmp_path):
     with emulate_cuda():
         on_cuda = train(tmp_path / "cuda", "cuda", generations=3)
@@ -72,6 +73,7 @@ def test_the_cuda_path_trains_the_cpus_numbers_on_the_device(tmp_path):
     assert [deterministic(row) for row in rows(on_cuda.run_dir)] == [deterministic(row) for row in rows(on_cpu.run_dir)]
 
 
+@pytest.mark.slow
 def test_a_point_in_time_universe_with_cash_that_earns_trains_the_cpus_numbers_on_the_device(tmp_path):
     """Assets that list and delist (the actor's mask, the fill's, the tradable feature), a user's column, a cash rate
     and a fill a day later, down the CUDA path: the graphed days and update on the device give the CPU's numbers."""
@@ -260,6 +262,7 @@ def run_with(inject: Callable[[pytest.MonkeyPatch], None], root: Path, device: s
         check_the_checkpoint_holds_the_live_state(trainer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", INJECTIONS)
 def test_a_cuda_only_bug_fails_on_the_emulated_device_and_passes_on_the_cpu(tmp_path, bug):
     inject, error, match = INJECTIONS[bug]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -91,6 +92,7 @@ def test_the_watch_sees_a_per_step_read(tmp_path):
     assert watch.calls["aten.lift_fresh.default"] == 2
 
 
+@pytest.mark.slow
 def test_phases_run_clean_under_cuda_sync_debug_mode(tmp_path, cuda):
     trainer = make_trainer(tmp_path, "cuda")
     steps = phases(trainer)

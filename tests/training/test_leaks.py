@@ -14,6 +14,8 @@ import pytest
 from tests.training.leak_run import GENERATIONS, INJECTIONS, WARM_FROM, garbage_in_own_process, run_in_own_process
 from utils.telemetry import leak_findings
 
+pytestmark = pytest.mark.slow  # each test trains for twenty generations in a process of its own
+
 BOUNDS = {
     # Live tensors, collector-tracked objects and the references they hold are flat exactly in a healthy run of
     # its own (measured), so a rise is a leak: of tensors, of tracked objects, or of untracked ones (floats,

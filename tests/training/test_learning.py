@@ -12,6 +12,8 @@ import pytest
 
 from benchmarks.learning import SMALL_MARKET, run_one, small_config
 
+pytestmark = pytest.mark.slow  # each test trains runs of 10 to 25 generations on synthetic markets
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])

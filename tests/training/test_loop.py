@@ -73,11 +73,13 @@ def test_resume_continues_bit_exactly(smoke_runs):
         assert all(torch.equal(replay_a[key], replay_c[key]) for key in replay_a)
 
 
+@pytest.mark.slow
 def test_a_different_seed_gives_a_different_run(tmp_path, smoke_runs):
     assert run_main("--preset", "smoke", "--checkpoint-uri", str(tmp_path), "--run-name", "d", "--seed", "8") == 0
     assert state_digest(tmp_path / "d") != state_digest(smoke_runs / "a")
 
 
+@pytest.mark.slow
 def test_generations_reuse_storage_and_never_write_the_features(tmp_path):
     config = override(preset("smoke"), {"checkpoint.uri": str(tmp_path), "runtime.generations": 3})
     trainer = start_run(config, log=lambda line: None).trainer
@@ -119,6 +121,7 @@ def baseline_validation(trainer: Trainer, policy: str) -> float:
     return float(env.rewards_per_episode.sum())
 
 
+@pytest.mark.slow
 def test_learns_a_market_whose_next_best_asset_is_visible_today(tmp_path):
     """Default learning settings, shortened: the champion must clearly beat equal weight and random
     weights on validation windows, by a margin the untrained population does not reach."""
@@ -196,6 +199,7 @@ def test_retention_with_the_equal_weight_champion_keeps_only_the_last(tmp_path, 
     assert checkpoint.complete_generations(trainer.run_dir) == [3]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
     """A market the agents learn within a few generations, so the gate crowns; stopped after 4 generations and
     resumed to 8, the run makes the same critical values, the same crowning and the same parameters as 8 in a row
@@ -217,6 +221,7 @@ def test_a_resumed_run_crowns_exactly_as_one_never_stopped(tmp_path):
     assert rows(straight)[-1]["champion_generation"] > 0  # the gate crowned an agent
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_its_last_look_resumes_as_one_never_stopped(tmp_path):
     """``selection.method=final``: the run's planned end is its last look, which may spend what the earlier looks
     kept. A run stopped after generation 3 of 6 and resumed decides exactly as one never stopped: the same critical
@@ -327,6 +332,7 @@ def test_the_days_in_blocks_trade_as_the_days_one_at_a_time(tmp_path, monkeypatc
     ],
     ids=["td3-critic", "td3-model", "ddpg-critic"],
 )
+@pytest.mark.slow
 def test_each_learner_resumes_bit_exactly(tmp_path, learning):
     """TD3 (twin critics, smoothing noise, delayed actor steps) and DDPG, with both actor objectives: N generations, a
     resume and M more equal N + M, parameters, moments, step counts and metrics rows."""

@@ -62,6 +62,7 @@ def test_a_run_trains_on_every_day_of_the_file_and_says_what_it_trades(run, caps
     assert state["config"]["env"]["execution_delay"] == 1
 
 
+@pytest.mark.slow
 def test_evaluate_inspect_and_export_state_the_conventions_and_features(run, capsys, tmp_path):
     run_dir, _ = run
     assert main.main(["inspect", str(run_dir), "--json"]) == 0
@@ -98,6 +99,7 @@ def test_the_champion_never_holds_an_asset_on_a_day_it_cannot_trade(run, tmp_pat
             assert (held[untradable] == 0).all(), (name, strategy)
 
 
+@pytest.mark.slow
 def test_a_benchmark_file_is_the_index_and_named_for_what_it_is(run, capsys, tmp_path, long_file):
     run_dir, _ = run
     dates = pd.bdate_range("2001-01-01", periods=DAYS)

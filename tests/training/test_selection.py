@@ -184,6 +184,7 @@ def test_block_length_is_one_without_dependence_and_grows_with_it():
     assert block_length(torch.zeros(100).numpy()) == 1.0
 
 
+@pytest.mark.slow
 def test_the_gate_crowns_independent_null_candidates_at_most_at_alpha():
     """Eight independent candidates with no edge in each of six looks (the worst case for the looks: nothing
     carries over), Student-t days. Measured: 0.093 of 300 runs with 2000 resamples, where 0.075 of alpha = 0.1 was
@@ -207,6 +208,7 @@ def clones(look, g, state, *, candidates=8, days=252):
     return mixes @ state["assets"] + 0.001 * torch.randn(candidates, days, generator=g, dtype=F64)
 
 
+@pytest.mark.slow
 def test_the_gate_crowns_cloned_null_candidates_within_budget_and_clones_cost_little():
     """No edge, near-clones: the false-crown rate is within the budget spent (200 runs: stdev 0.019); and the
     critical value is far below Bonferroni's, since a look at clones is close to one look at one candidate."""
@@ -216,6 +218,7 @@ def test_the_gate_crowns_cloned_null_candidates_within_budget_and_clones_cost_li
     assert max(critical[9:]) < 3.0 < selection_z(16, 10, 0.05)
 
 
+@pytest.mark.slow
 def test_blocks_keep_the_size_when_days_depend_on_each_other():
     """Null candidates whose excess is an AR(1) with 0.3 (far more dependence than daily excess returns show:
     the Politis-White length is 1 for 18 of the 20 bundled stocks): resampling single days under-states the spread
@@ -238,6 +241,7 @@ def test_blocks_keep_the_size_when_days_depend_on_each_other():
     assert with_blocks <= 0.15 and with_days >= 3 * with_blocks
 
 
+@pytest.mark.slow
 def test_the_gate_proves_a_modest_edge_that_bonferroni_misses():
     """Sixteen near-clones whose mean excess gives a single t of about 3 on 504 days, looked at in generations
     1..20: the gate proves them in most runs, Bonferroni (z = 4.3 by generation 20) in few."""
@@ -283,6 +287,7 @@ def test_equal_weight_clones_are_never_proven():
     assert torch.equal(t_statistics(torch.zeros(3, 50, dtype=F64)), torch.zeros(3, dtype=F64))
 
 
+@pytest.mark.slow
 def test_the_final_method_crowns_cloned_null_candidates_at_most_at_alpha():
     """Drifting null near-clones, the looks before the last spending a fifth of alpha and the last look the rest:
     the share of runs ever crowned stays within alpha (200 runs: stdev 0.021). Measured: 0.080."""
@@ -290,6 +295,7 @@ def test_the_final_method_crowns_cloned_null_candidates_at_most_at_alpha():
     assert rate <= 0.1 + 2 * 0.021
 
 
+@pytest.mark.slow
 def test_candidates_whose_edge_is_exactly_the_margin_are_crowned_at_most_at_alpha():
     """The margin's null hypothesis at its boundary: drifting near-clones whose expected edge is exactly 1 %/y,
     tested against that margin (every look alike, and the final method): the share of runs ever crowned stays
@@ -306,6 +312,7 @@ def test_candidates_whose_edge_is_exactly_the_margin_are_crowned_at_most_at_alph
     assert rate <= 0.1 + 2 * 0.021
 
 
+@pytest.mark.slow
 def test_keeping_the_budget_for_the_last_look_lowers_its_critical_value():
     """Sixteen drifting near-clones over 20 looks, alpha 0.05: spending alike leaves the last look a critical t far
     above one test's 1.645; keeping four fifths for the last look brings it close (the same candidates, the same
@@ -323,6 +330,7 @@ def test_keeping_the_budget_for_the_last_look_lowers_its_critical_value():
     assert sum(final) / 5 < 1.9 < 2.1 < sum(alike) / 5
 
 
+@pytest.mark.slow
 def test_the_last_look_proves_a_weak_late_edge_more_often():
     """Drifting near-clones whose edge grows over 10 looks to about 1 %/day: the gate that keeps its budget for the
     last look proves it in more runs than the one spending alike (measured: 21 and 16 of 40), and an early look of

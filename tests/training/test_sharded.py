@@ -33,6 +33,8 @@ from tests.synthetic import make_market, make_population
 from training.evolution import plan_generation, slots_to_fetch
 from utils.errors import ConfigError
 
+pytestmark = pytest.mark.slow  # each test runs torchrun with several processes
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "tests" / "sharded_main.py")
 GENERATIONS = 4

@@ -77,6 +77,7 @@ def test_a_checkpoint_from_another_machine_resumes_with_a_note(trained, tmp_path
     assert (tmp_path / "runs" / "r" / "gen-000004" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("before", "after"), [("cuda", "cpu"), ("cpu", "cuda")])
 def test_a_run_resumes_across_device_types(tmp_path, capsys, cuda, before, after):
     assert train(tmp_path, "--device", before, "--generations", "2") == 0

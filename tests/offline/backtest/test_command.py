@@ -23,6 +23,7 @@ from tests.offline.backtest.builders import ROOT, backtest_command, files_under,
 from tests.run_checks import wait_for
 
 
+@pytest.mark.slow
 def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert main.main(backtest_command(prices, tmp_path / "whole")) == 0
     whole = json.loads(capsys.readouterr().out)
@@ -77,6 +78,7 @@ def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):
     assert status == 2 and "(years 2005, seeds 0 in plan.json, now years 2005, seeds 1)" in err
 
 
+@pytest.mark.slow
 def test_continuing_on_other_data_is_refused(prices, tmp_path, capsys):
     """Folds trained on the old prices and folds trained on the new ones never meet in one summary."""
     data = tmp_path / "prices.csv"

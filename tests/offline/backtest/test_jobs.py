@@ -27,6 +27,8 @@ from tests.hold_points import held_pid, release, wait_until_held, wait_until_sto
 from tests.offline.backtest.builders import ROOT
 from tests.run_checks import wait_for
 
+pytestmark = pytest.mark.slow  # each test runs a backtest's folds in worker processes
+
 GENERATIONS = 6
 FOLDS = ("fold-2004-seed-0", "fold-2005-seed-0")
 SETTINGS = {"data.tickers": "", "data.start": "", "data.validation_days": "126", "data.max_assets": "20"}

@@ -15,6 +15,7 @@ from persistence import checkpoint
 from tests.offline.backtest.builders import backtest_command, damaged, files_under, fold_result, refusal, small_config
 
 
+@pytest.mark.slow
 def test_damaged_fold_results_are_recomputed_from_their_run_or_refused(prices, tmp_path, capsys):
     command = [*backtest_command(prices, tmp_path), "--folds", "1", "--generations", "1"]
     assert main.main(command) == 0

@@ -3,6 +3,8 @@
 import shutil
 from pathlib import Path
 
+import pytest
+
 import main
 from config import override, preset
 from persistence import checkpoint
@@ -10,6 +12,8 @@ from persistence.gcs import open_storage
 from persistence.run_folder import bucket
 from tests.run_checks import deterministic, rows, state_digest
 from training.runs import start_run
+
+pytestmark = pytest.mark.slow  # each test trains and uploads runs through the GCS emulator
 
 
 def train(*args: str) -> int:

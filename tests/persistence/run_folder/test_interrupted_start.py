@@ -49,6 +49,7 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
         ["--resume-or-start", "--run-name", "r"],
     ],
 )
+@pytest.mark.slow
 def test_a_run_that_died_before_its_first_checkpoint_starts_again(tmp_path, reference, how):
     run_dir = died_before_generation_1(tmp_path)
     assert main.main([*TRAIN, "--checkpoint-uri", str(tmp_path), "--generations", "2", *how]) == 0
@@ -129,6 +130,7 @@ def die_writing(monkeypatch, name: str) -> None:
     monkeypatch.setattr(builtins, "open", dying_open)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_start", [True, False])
 def test_a_start_killed_while_writing_config_json_leaves_the_old_file_or_none(tmp_path, monkeypatch, first_start):
     run_dir = died_before_generation_1(tmp_path) if not first_start else tmp_path / "r"
@@ -144,6 +146,7 @@ def test_a_start_killed_while_writing_config_json_leaves_the_old_file_or_none(tm
     assert checkpoint.complete_generations(run_dir) == [1, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [["--resume-or-start"], []])
 def test_a_config_json_temporary_left_by_a_killed_start_is_no_obstacle(tmp_path, how):
     """SIGKILL in the middle of the first write leaves only the temporary: the folder holds no run yet."""

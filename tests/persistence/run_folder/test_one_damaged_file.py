@@ -13,6 +13,8 @@ import main
 from persistence import checkpoint
 from tests.run_checks import deterministic, rows, state_digest
 
+pytestmark = pytest.mark.slow  # each test damages a run's file and resumes it in a process of its own
+
 # A ring of 800 transitions in 16 segments of 50 rows: a smoke generation stores 168 transitions, so the first
 # segments hold the same bytes from generation 1 to generation 4.
 TRAIN = ["--preset", "smoke", "--seed", "3", "--no-progress", "--device", "cpu", "--set", "learner.buffer_size=800"]

@@ -68,6 +68,7 @@ def test_the_start_command_refuses_a_damaged_generation_and_says_how_it_can_go_o
     assert files(run) == before
 
 
+@pytest.mark.slow
 def test_the_start_command_with_fall_back_continues_from_the_newest_intact_generation(run, trained, capsys):
     flip_byte(run / "gen-000003" / "replay-000.safetensors")
     damaged = files(run / "gen-000003")
@@ -144,6 +145,7 @@ def bucket_files(uri: str, prefix: str) -> dict[str, bytes]:
     return {key: storage.read_bytes(key) for key in storage.list(prefix)}
 
 
+@pytest.mark.slow
 def test_a_new_pod_falls_back_past_a_generation_damaged_in_the_bucket(gcs_bucket, tmp_path, capsys):
     first = tmp_path / "pod-1" / "r"
     command = [*TRAIN, "--checkpoint-uri", gcs_bucket, "--local-dir", str(first.parent), "--run-name", "r"]
@@ -188,6 +190,7 @@ def test_a_new_pod_falls_back_past_a_generation_damaged_in_the_bucket(gcs_bucket
     assert [row["generation"] for row in rows(fresh)] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_a_generation_damaged_only_on_the_pod_is_taken_again_from_the_bucket(gcs_bucket, tmp_path, capsys):
     local = tmp_path / "pod" / "r"
     command = [*TRAIN, "--checkpoint-uri", gcs_bucket, "--local-dir", str(local.parent), "--run-name", "r"]

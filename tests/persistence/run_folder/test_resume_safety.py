@@ -125,6 +125,7 @@ def test_shapes_that_do_not_fit_the_config(run, capsys):
     assert_refused(code, err, "population.safetensors", "does not fit")
 
 
+@pytest.mark.slow
 def test_the_config_comes_from_the_checkpoint_so_an_extension_survives_the_next_resume(run, capsys):
     code, err = resume(run, capsys, "--generations", "5")
     assert code == 0, err
