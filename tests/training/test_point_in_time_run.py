@@ -114,7 +114,7 @@ def test_a_benchmark_file_is_the_index_and_named_for_what_it_is(run, capsys, tmp
 
 
 def test_resuming_with_another_delay_is_refused_and_writes_nothing(run, capsys):
-    run_dir, argv = run
+    run_dir, _argv = run
     before = sorted(path.relative_to(run_dir) for path in run_dir.rglob("*"))
     resume = ["--resume", "--checkpoint-uri", str(run_dir.parent), "--run-name", "r", "--no-progress"]
     assert main.main([*resume, "--set", "env.execution_delay=0"]) == 2
