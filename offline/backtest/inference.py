@@ -205,7 +205,8 @@ def pooled_deflated_sharpe(series: np.ndarray, results: Sequence[dict[str, Any]]
             kurtosis=moments.kurtosis,
         )
     except ValueError as reason:
-        return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({reason})"}
+        why = "the excess is 0 on every test day" if not series.any() else str(reason)
+        return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({why}; {trials} trials)"}
     bar = f"the best of {trials} unskilled trials is expected to show on as many days"
     if value >= 0.95:
         meaning = f"stands out even against what {bar}"

@@ -166,8 +166,7 @@ def _pooled_lines(pooled: dict[str, Any] | None) -> list[str]:
             f"t {fmt(pooled['t'], '+.2f')}, one-sided p {pooled['p_value']:.4f} (stationary bootstrap, mean block "
             f"{pooled['block_length']:.1f} days, {pooled['draws']} draws)"
         )
-    trials = "" if pooled["trials"] is None else f" ({pooled['trials']} trials)"
-    return [*lines, f"{pooled['deflated_sharpe_reading']}{trials}", f"verdict: {pooled['verdict']}"]
+    return [*lines, pooled["deflated_sharpe_reading"], f"verdict: {pooled['verdict']}"]
 
 
 def write_outputs(

@@ -223,14 +223,18 @@ def test_every_champion_equal_weight_is_not_bootstrapped(monkeypatch):
         raise AssertionError("a series of zeros was bootstrapped")
 
     monkeypatch.setattr(inference, "mean_test", no_bootstrap)
-    pooled = pooled_test([fold(2020, np.zeros(250)), fold(2021, np.zeros(250))])
+    recorded = {"trials": 80, "trial_sharpe_variance": 0.004, "days": 252}
+    pooled = pooled_test(
+        [fold(2020, np.zeros(250), diagnostics=recorded), fold(2021, np.zeros(250), diagnostics=recorded)]
+    )
     assert pooled["outcome"] == "equal_weight" and pooled["mean_excess"] == 0.0
     assert pooled["verdict"] == (
         "no edge: every fold's champion is equal weight (no agent proved an edge on its validation days), so the "
         "excess is exactly 0 on every test day and there is nothing to test"
     )
     assert pooled["p_value"] is None and pooled["interval"] is None and pooled["t"] is None
-    assert pooled["deflated_sharpe"] is None
+    assert pooled["deflated_sharpe"] is None and pooled["trials"] == 160
+    assert pooled["deflated_sharpe_reading"] == "deflated Sharpe n/a (the excess is 0 on every test day; 160 trials)"
 
 
 def test_too_few_days_ask_for_more():

@@ -59,7 +59,7 @@ def test_the_summary_tests_the_method_over_every_test_day():
         f"weight {pooled['mean_excess'] * 100:+.2f} log %/y, 90% interval {pooled['interval'][0] * 100:+.2f} to "
     )
     assert lines[-3].endswith(f"(stationary bootstrap, mean block {pooled['block_length']:.1f} days, 5000 draws)")
-    assert lines[-2] == f"{pooled['deflated_sharpe_reading']} (160 trials)"
+    assert lines[-2] == pooled["deflated_sharpe_reading"] and "the best of 160 unskilled trials" in lines[-2]
     assert lines[-1] == f"verdict: {pooled['verdict']}" and lines[-1].startswith("verdict: edge proven at the 5% level")
     # The plan's selection settings are the test's: a level of 1% and a margin no edge here reaches.
     strict = summarise(results, alpha=0.01, min_edge=2.0)["pooled"]
@@ -73,6 +73,10 @@ def test_a_backtest_of_equal_weight_champions_has_nothing_to_test():
     assert lines[-3] == (
         "pooled test over every test day (500 days, 2.0 years, 1 seed averaged per day): mean excess over equal "
         "weight +0.00 log %/y"
+    )
+    assert (
+        lines[-2]
+        == "deflated Sharpe n/a (2 of 2 folds record no trials: finished by an earlier version, or no history)"
     )
     assert lines[-1].startswith("verdict: no edge: every fold's champion is equal weight")
 
