@@ -1,8 +1,8 @@
 """Size and power of the backtest's pooled test (``offline.backtest.inference``), on synthetic backtests a CPU can run.
 
-    python benchmarks/backtest_power.py                                  # random walks 0-19, leaders x0.5 0-9
-    python benchmarks/backtest_power.py --parts null --null-series 400   # the test alone on simulated null series
-    python benchmarks/backtest_power.py --parts report                   # the table of what is finished
+    python benchmarks/backtest_power.py                      # random walks 0-19, leaders x0.5 0-19, null series
+    python benchmarks/backtest_power.py --parts power --power-seeds 20-29     # more leaders markets
+    python benchmarks/backtest_power.py --parts report       # the table of what is finished
 
 Each synthetic backtest is the real one: an ``environment.synthetic`` market (``--assets`` assets over ``--years``
 calendar years of business days from 2000, the market's seed), written as a CSV, then ``python main.py backtest`` in
@@ -223,6 +223,10 @@ def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:
         if not group:
             continue
         rejected = sum(row["pooled"]["outcome"] == "proven" for row in group)
+        worth = sum(
+            row["pooled"]["outcome"] == "proven" and row["pooled"]["mean_excess"] >= row["pooled"]["min_edge"]
+            for row in group
+        )
         crowned = sum(row["crowned_folds"] for row in group)
         folds = sum(row["folds"] for row in group)
         outcomes: dict[str, int] = {}
@@ -231,7 +235,8 @@ def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:
         counts = ", ".join(f"{outcome} {count}" for outcome, count in sorted(outcomes.items()))
         lines.append(
             f"{kind} ({what}): pooled test rejects in {share(rejected, len(group))} backtests; the single-run gate "
-            f"crowned {share(crowned, folds)} folds; outcomes {counts}"
+            f"crowned {share(crowned, folds)} folds; outcomes {counts}; proven with a mean excess of at least "
+            f"selection.min_edge in {worth}"
         )
         naive = [row["naive"] for row in group if row["naive"]]
         if naive:
@@ -256,9 +261,9 @@ def _f(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="size,power", help="size, power, null, report (comma-separated)")
+    parser.add_argument("--parts", default="size,power,null", help="size, power, null, report (comma-separated)")
     parser.add_argument("--size-seeds", default="0-19", help="random-walk markets")
-    parser.add_argument("--power-seeds", default="0-9", help="leaders markets")
+    parser.add_argument("--power-seeds", default="0-19", help="leaders markets")
     parser.add_argument("--strength", type=float, default=0.0025, help="the leaders' edge a day (default: half)")
     parser.add_argument("--assets", type=int, default=5)
     parser.add_argument("--years", type=int, default=17, help="calendar years of the market, from 2000")
@@ -268,7 +273,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="after SMALL's settings")
     parser.add_argument("--jobs", type=int, default=1, help="the backtest's --jobs")
     parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive champions")
-    parser.add_argument("--null-series", type=int, default=400, help="simulated series per null scenario")
+    parser.add_argument("--null-series", type=int, default=2000, help="simulated series per null scenario")
     parser.add_argument("--null-draws", type=int, default=1000, help="bootstrap resamples per simulated series")
     parser.add_argument("--out", default="runs/backtest-power")
     parser.add_argument("--json-out", help="default: OUT/power.json")
