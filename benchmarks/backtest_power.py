@@ -200,7 +200,7 @@ def null_size(scenario: str, reps: int, *, alpha: float, draws: int) -> dict[str
 
 def share(hits: int, total: int) -> str:
     low, high = binomial_interval(hits, total) if total else (0.0, 1.0)
-    return f"{hits}/{total} = {hits / max(total, 1):.2f} [{low:.2f}, {high:.2f}]"
+    return f"{hits}/{total} = {hits / max(total, 1):.3f} [{low:.3f}, {high:.3f}]"
 
 
 def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:

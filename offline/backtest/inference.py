@@ -25,11 +25,13 @@ Means and bounds are reported annualised, ``x 252``: log returns a year (log %/y
 **The guarantee.** If the daily excess is stationary (its distribution and dependence the same on every test day)
 and weakly dependent (the dependence dies out within blocks of the chosen length), the chance of ``p <= alpha`` when
 the method has no edge over equal weight is ``alpha`` up to the bootstrap's approximation error, which falls as the
-days grow (about ``1 / sqrt(D)``; ``benchmarks/backtest_power.py`` measures the size on random-walk backtests and on
-simulated series). It is a test of the method on these years: a market whose regime changes between test years breaks
-stationarity, and the years tested are the years the data has. It tests the mean log excess, net of costs, not a
-Sharpe ratio. A champion's test year is out of sample (selection looked at validation days only), so the test needs
-no allowance for the candidates a fold compared; the deflated Sharpe ratio below makes one anyway.
+days grow. At a finite block length the block bootstrap's variance is biased low when the days are strongly and
+positively autocorrelated, and the test is then somewhat liberal (``benchmarks/backtest_power.py`` measures the size
+on random-walk backtests and on simulated series: RESULTS.md). It is a test of the method on these years: a market
+whose regime changes between test years breaks stationarity, and the years tested are the years the data has. It
+tests the mean log excess, net of costs, not a Sharpe ratio. A champion's test year is out of sample (selection looked
+at validation days only), so the test needs no allowance for the candidates a fold compared; the deflated Sharpe ratio
+below makes one anyway.
 
 **The verdict**, one sentence: *edge proven at the 5% level* when ``p <= alpha`` (alpha is ``selection.alpha``);
 *no edge* when the mean is not positive or the interval's upper end is below ``selection.min_edge``; otherwise
