@@ -76,7 +76,8 @@ DRAWS = 5_000
 SEED = 20_261_129
 """With the plan's (year, seed) pairs, seeds the resamples' generator."""
 _DRAWS_AT_ONCE = 500
-"""Resamples drawn at once (a chunk of ``_DRAWS_AT_ONCE x D`` day indices); the result does not depend on it."""
+"""Resamples drawn at once (a chunk of ``_DRAWS_AT_ONCE x D`` day indices). The generator's stream is consumed chunk
+by chunk, so this is part of what fixes the resamples: changing it changes a summary's bytes, not its meaning."""
 
 
 class PooledExcess(NamedTuple):
