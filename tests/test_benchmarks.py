@@ -244,3 +244,23 @@ def test_the_selection_study_replays_the_trainers_gate(early_share):
             )
     assert outcome.criticals == pytest.approx(criticals, rel=1e-9)
     assert (outcome.crowned, outcome.generation) == (champion, crowned) and crowned > 0
+
+
+def test_the_power_benchmarks_backtests_test_whole_years_with_the_commands_flags():
+    """``benchmarks/backtest_power.py``'s markets end on a year's last business day (so --folds 12 tests 12 whole
+    years), and its arguments are the backtest command's, SMALL's settings among them."""
+    from argparse import Namespace
+    from pathlib import Path
+
+    import pandas as pd
+
+    from benchmarks import backtest_power
+    from offline.backtest.command import _parser
+
+    days = pd.bdate_range(backtest_power.START, periods=backtest_power.market_days(17))
+    assert days[-1] == pd.Timestamp("2016-12-30") and days[0] == pd.Timestamp("2000-01-03")
+    settings = Namespace(set=["learner.actor_lr=1e-4"], generations=15, folds=12, run_seeds="0,1", jobs=2)
+    parsed = _parser().parse_args(backtest_power.backtest_args(Path("prices.csv"), Path("out"), settings))
+    assert (parsed.generations, parsed.folds, parsed.seeds, parsed.jobs) == (15, 12, "0,1", 2)
+    assert "evolution.popsize=8" in parsed.set and "data.tickers=" in parsed.set
+    assert [s for s in parsed.set if s.startswith("learner.actor_lr=")] == ["learner.actor_lr=1e-4"]  # --set wins

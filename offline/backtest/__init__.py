@@ -28,7 +28,10 @@ The summary: per fold and seed the champion's Sharpe against equal weight's, and
 spread of the Sharpe difference, the share of folds the champion won (and tied: an equal-weight champion ties),
 and the champion's turnover over equal weight's. Each fold also carries the overfitting diagnostics of its run's
 choice on its validation range (``offline.overfitting``: deflated Sharpe ratio and PBO); the summary gives how
-many folds crowned an agent and the mean of both.
+many folds crowned an agent and the mean of both. Those are descriptions; the inference is one test over every test
+day (``offline.backtest.inference``): the champion's daily excess over equal weight, seeds averaged per day and the
+test years chained, its mean tested against 0 by a stationary bootstrap, with a one-sentence verdict (edge proven, no
+edge, or cannot tell yet and how many test years would tell) and the deflated Sharpe ratio over every trial.
 """
 
 from offline.backtest.command import main

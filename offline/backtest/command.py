@@ -273,7 +273,9 @@ def main(argv: Sequence[str]) -> int:
         return 0
     # Results as they read back from their files, whichever process or run gave them: the same summary bytes.
     ordered = [json.loads(json.dumps(results[fold.name], allow_nan=False)) for fold in folds]
-    summary = summarise(ordered, trading=conventions(config))
+    summary = summarise(
+        ordered, trading=conventions(config), alpha=config.selection.alpha, min_edge=config.selection.min_edge
+    )
     label = benchmark_label(config)
     written = write_outputs(folder, summary, ordered, benchmark=label)
     # The tear sheet: the test years chained per seed, champion against the baselines, and the summary's figures.

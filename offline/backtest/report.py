@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from config import describe_conventions
+from config import SelectionConfig, describe_conventions
+from offline.backtest.inference import pooled_test
 from offline.backtest.results import STRATEGIES
 from offline.holdout import INDEX
 from persistence import checkpoint
@@ -19,9 +20,16 @@ OUTPUTS = ("summary.json", "summary.csv", "backtest.png")
 """The report's files in the backtest's folder."""
 
 
-def summarise(results: list[dict[str, Any]], *, trading: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarise(
+    results: list[dict[str, Any]],
+    *,
+    trading: dict[str, Any] | None = None,
+    alpha: float = SelectionConfig.alpha,
+    min_edge: float = SelectionConfig.min_edge,
+) -> dict[str, Any]:
     """The headline figures over every fold and seed (see the module docstring); ``trading``: the conventions the
-    folds traded by (``config.conventions``), stated with them.
+    folds traded by (``config.conventions``), stated with them; ``alpha`` and ``min_edge``: the pooled test's level
+    and the edge worth having (``selection.alpha``, ``selection.min_edge``).
 
     Raises:
         ValueError: two results of one fold (year and seed), which would count it twice.
@@ -77,6 +85,7 @@ def summarise(results: list[dict[str, Any]], *, trading: dict[str, Any] | None =
         "pbo_mean": statistics.fmean(known("pbo")) if known("pbo") else None,
         "pbo_folds": len(known("pbo")),
         "turnover_ratio": sum(champion for champion, _ in turnover) / turnover_equal if turnover_equal > 0 else None,
+        "pooled": pooled_test(results, alpha=alpha, min_edge=min_edge) if results else None,
     }
 
 
@@ -119,6 +128,7 @@ def table(summary: dict[str, Any], *, benchmark: str | None = None) -> str:
         f"(an agent was crowned in {fmt(summary['crowned'], '.0%')}; otherwise the champion is equal weight); "
         f"turnover {fmt(summary['turnover_ratio'], '.2f')}x equal weight's",
         _overfitting_line(summary),
+        *_pooled_lines(summary.get("pooled")),  # absent from summaries of earlier versions
     ]
     return "\n".join(lines)
 
@@ -137,6 +147,26 @@ def _overfitting_line(summary: dict[str, Any]) -> str:
         f"mean deflated Sharpe {mean('deflated_sharpe')} (the champion's where crowned, else the best candidate's), "
         f"mean PBO {mean('pbo')}"
     )
+
+
+def _pooled_lines(pooled: dict[str, Any] | None) -> list[str]:
+    """The pooled test (``offline.backtest.inference``): its figures, the deflated Sharpe ratio over every trial,
+    and the verdict."""
+    if pooled is None:
+        return []
+    seeds = f"{pooled['seeds']} seed{'s' if pooled['seeds'] != 1 else ''}"
+    lines = [
+        f"pooled test over every test day ({pooled['days']} days, {pooled['years']:.1f} years, {seeds} averaged per "
+        f"day): mean excess over equal weight {fmt(_percent(pooled['mean_excess']), '+.2f')} log %/y"
+    ]
+    if pooled["p_value"] is not None:
+        low, high = pooled["interval"]
+        lines[0] += (
+            f", {pooled['interval_level']:.0%} interval {_percent(low):+.2f} to {_percent(high):+.2f}, "
+            f"t {fmt(pooled['t'], '+.2f')}, one-sided p {pooled['p_value']:.4f} (stationary bootstrap, mean block "
+            f"{pooled['block_length']:.1f} days, {pooled['draws']} draws)"
+        )
+    return [*lines, pooled["deflated_sharpe_reading"], f"verdict: {pooled['verdict']}"]
 
 
 def write_outputs(

@@ -98,6 +98,11 @@ def result_problem(result: Any, fold: Fold) -> str | None:
     for key in ("deflated_sharpe", "pbo"):  # absent from results of earlier versions
         if result.get(key) is not None and not _is_number(result[key]):
             return f"{key} is {result[key]!r}, not a number"
+    diagnostics = result.get("diagnostics")  # absent from results of earlier versions
+    if diagnostics is not None:
+        problem = _diagnostics_problem(diagnostics)
+        if problem is not None:
+            return problem
     if not isinstance(result.get("market_fingerprint", ""), str):
         return "market_fingerprint is not a string"
     metrics = result.get("metrics")
@@ -114,6 +119,8 @@ def result_problem(result: Any, fold: Fold) -> str | None:
     daily = result.get("daily")
     if not isinstance(daily, dict) or not daily.keys() <= set(STRATEGIES):
         return "daily must map strategies to their daily log returns"
+    if not {"champion", "equal_weight"} <= daily.keys():  # the pooled test's excess
+        return "daily must hold the champion's and equal weight's log returns"
     for strategy, returns in daily.items():
         if not isinstance(returns, list) or len(returns) != len(test_dates) or not all(map(_is_number, returns)):
             return f"daily.{strategy} must hold one log return per test day"
@@ -122,6 +129,20 @@ def result_problem(result: Any, fold: Fold) -> str | None:
         return "dates must give the first and last day of train, validation and test"
     if dates.get("gap") is not None and not _is_span(dates["gap"]):
         return "dates.gap must give its first and last day, or be null"
+    return None
+
+
+def _diagnostics_problem(diagnostics: Any) -> str | None:
+    """What the pooled test's deflated Sharpe ratio reads of a fold's diagnostics (each may be null: no history)."""
+    if not isinstance(diagnostics, dict):
+        return "diagnostics is not an object"
+    for key, least in (("trials", 1), ("days", 2)):
+        value = diagnostics.get(key)
+        if value is not None and (type(value) is not int or value < least):
+            return f"diagnostics.{key} is {value!r}, not a count >= {least}"
+    variance = diagnostics.get("trial_sharpe_variance")
+    if variance is not None and not (_is_number(variance) and variance >= 0):
+        return f"diagnostics.trial_sharpe_variance is {variance!r}, not a number >= 0"
     return None
 
 

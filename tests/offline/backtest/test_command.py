@@ -57,6 +57,11 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert main.main(backtest_command(prices, killed_root)) == 0
     resumed = json.loads(capsys.readouterr().out)
     assert resumed == whole
+    # The pooled test's resamples are seeded from the plan: the continued backtest's summary is the same, byte for byte.
+    assert (killed_root / "backtest" / "summary.json").read_bytes() == (folder / "summary.json").read_bytes()
+    pooled = whole["pooled"]
+    assert pooled["days"] == len({day for name in ("2004", "2005") for day in _test_days(folder, name)})
+    assert pooled["verdict"] and pooled["trials"] == 4 * 3 * 2  # the smoke preset: 4 agents x 3 generations x 2 years
 
     # benchmarks/naive_selection.py scores a finished fold's test year as the backtest does.
     naive = naive_fold(folder / "fold-2004-seed-0")
@@ -64,6 +69,10 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert naive["sharpe_equal_weight"] == pytest.approx(first["sharpe"]["equal_weight"], abs=1e-9)
     assert naive["total_return_equal_weight"] == pytest.approx(first["total_return"]["equal_weight"], abs=1e-9)
     assert naive["agent"].startswith("agent") and naive["turnover_ratio"] > 0
+
+
+def _test_days(folder, year: str) -> list[str]:
+    return json.loads((folder / "folds" / f"fold-{year}-seed-0.json").read_text())["test_dates"]
 
 
 def test_the_same_name_with_another_plan_is_refused(prices, tmp_path, capsys):

@@ -90,6 +90,12 @@ def test_folds_carry_their_runs_overfitting_diagnostics(prices, tmp_path, capsys
         ("metrics.champion.sharpe", float("nan"), "metrics.champion must hold"),
         ("test_dates", ["2021-01-03", "2020-01-04"], "test_dates must list the days of 2021"),
         ("daily.champion", [0.01], "daily.champion must hold one log return per test day"),
+        ("daily.equal_weight", ..., "daily must hold the champion's and equal weight's log returns"),
+        ("diagnostics", [80], "diagnostics is not an object"),
+        ("diagnostics", {"trials": 0}, "diagnostics.trials is 0, not a count >= 1"),
+        ("diagnostics", {"trials": 80.0}, "diagnostics.trials is 80.0, not a count >= 1"),
+        ("diagnostics", {"days": 1}, "diagnostics.days is 1, not a count >= 2"),
+        ("diagnostics", {"trial_sharpe_variance": -0.1}, "diagnostics.trial_sharpe_variance is -0.1"),
         ("dates.gap", ["2020-12-30"], "dates.gap"),
         ("dates", ..., "dates must give"),
     ],
@@ -97,5 +103,8 @@ def test_folds_carry_their_runs_overfitting_diagnostics(prices, tmp_path, capsys
 def test_fold_results_are_checked_key_by_key_before_use(prices, path, value, problem):
     fold = Fold(2021, 0, small_config(prices), "fingerprint")
     assert results.result_problem(fold_result(2021, pbo=0.4), fold) is None
+    recorded = {"trials": 80, "trial_sharpe_variance": 0.003, "days": 252}
+    assert results.result_problem(fold_result(2021, diagnostics=recorded), fold) is None
+    assert results.result_problem(fold_result(2021, diagnostics=dict.fromkeys(recorded)), fold) is None  # no history
     assert problem in results.result_problem(damaged(fold_result(2021, pbo=0.4), path, value), fold)
     assert results.result_problem(["not", "an", "object"], fold) == "a JSON array, not an object"

@@ -1,0 +1,319 @@
+"""Size and power of the backtest's pooled test (``offline.backtest.inference``), on synthetic backtests a CPU can run.
+
+    python benchmarks/backtest_power.py                      # random walks 0-19, leaders x0.5 0-19, null series
+    python benchmarks/backtest_power.py --parts power --power-seeds 20-29     # more leaders markets
+    python benchmarks/backtest_power.py --parts report       # the table of what is finished
+
+Each synthetic backtest is the real one: an ``environment.synthetic`` market (``--assets`` assets over ``--years``
+calendar years of business days from 2000, the market's seed), written as a CSV, then ``python main.py backtest`` in
+this process (``offline.backtest.command.main``) with the default preset, ``benchmarks/learning.py``'s SMALL
+settings, ``--generations``, ``--folds`` test years (the last ones) and ``--run-seeds``; the pooled test is read from
+its ``summary.json``. A finished backtest is read back (its folds are not trained again), an unfinished one continues.
+
+* **size**: random-walk markets (``--size-seeds``): no strategy beats equal weight but by luck, so the share of
+  backtests whose pooled test rejects at ``selection.alpha`` (5%) is the test's size, with an exact 95% interval;
+* **power**: persistent leaders at ``--strength`` (0.0025: half the default strength, the "leaders x0.5" market of
+  ``benchmarks/selection_study.py``, whose ``--scale 0.5`` multiplies the default 0.005) over ``--power-seeds``: the
+  share of backtests that reject;
+* beside each, the single-run gate on the same folds: the share of folds that crowned an agent;
+* **naive**: the same backtests' folds, each traded by its last generation's best agent on validation instead of the
+  gated champion (``benchmarks/naive_selection.py``'s choice), tested the same way: what the pooled test makes of a
+  learner's edge when the gate does not stand between them (and of the cost of picking on noise, on random walks);
+* **null** (``--null-series``): the test alone (``offline.backtest.inference.mean_test``, block length chosen from
+  the data) on simulated series of 12 x 252 days with mean 0: independent normal days, AR(1) days (0.3), Student-t
+  days (3 degrees of freedom), and one year of normal days among eleven years of zeros (one crowned fold in twelve,
+  the shape random-walk backtests give when the gate crowns by luck).
+
+Printed as a table; ``--json-out`` (default ``OUT/power.json``) holds every backtest's pooled figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import pandas as pd
+import torch
+
+from benchmarks.learning import SMALL
+from benchmarks.selection_study import binomial_interval, seeds_of
+from config import Config, override
+from environment.synthetic import make_market
+from offline.backtest.command import main as backtest
+from offline.backtest.inference import mean_test, pooled_test
+from offline.holdout import run_range
+from persistence import run_folder
+from training.runs import train_to_end
+
+START = "2000-01-03"
+"""``environment.synthetic.make_market``'s first day."""
+NULL_DAYS = 12 * 252
+"""Days of a simulated null series: twelve test years."""
+
+
+def market_days(years: int) -> int:
+    """Business days from ``START`` to the end of the ``years``-th calendar year: whole test years."""
+    return len(pd.bdate_range(START, f"{int(START[:4]) + years - 1}-12-31"))
+
+
+def backtest_args(prices: Path, root: Path, args: argparse.Namespace) -> list[str]:
+    """``python main.py backtest``'s arguments for one synthetic backtest."""
+    settings = {**SMALL, "data.tickers": "", "data.start": "", **dict(s.split("=", 1) for s in args.set)}
+    flags = [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
+    return [
+        "--preset",
+        "default",
+        "--data",
+        str(prices),
+        *flags,
+        "--generations",
+        str(args.generations),
+        "--folds",
+        str(args.folds),
+        "--seeds",
+        args.run_seeds,
+        "--checkpoint-uri",
+        str(root),
+        "--no-progress",
+        "--jobs",
+        str(args.jobs),
+    ]
+
+
+def run_backtest(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One synthetic backtest (trained, continued or read back) and its pooled test, with the naive champion's."""
+    root = Path(args.out) / f"{kind}-seed-{seed}"
+    root.mkdir(parents=True, exist_ok=True)
+    prices = root / "prices.csv"
+    strength = args.strength if kind == "leaders" else None
+    synthetic = make_market(
+        kind, num_days=market_days(args.years), num_assets=args.assets, seed=seed, strength=strength
+    )
+    synthetic.prices.to_csv(prices, index=False)
+    start = time.perf_counter()
+    with (root / "backtest.log").open("a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        status = backtest(backtest_args(prices, root, args))
+    if status != 0:
+        raise SystemExit(f"the backtest of {root} ended with status {status}; see {root / 'backtest.log'}")
+    summary = json.loads((root / "backtest" / "summary.json").read_text())
+    pooled = summary["pooled"]
+    return {
+        "kind": kind,
+        "seed": seed,
+        "strength": strength,
+        "folds": len(summary["folds"]),
+        "crowned_folds": summary["crowned_folds"],
+        "pooled": pooled,
+        "naive": naive_pooled(root / "backtest", args) if args.naive else None,
+        "seconds": time.perf_counter() - start,  # of this call: training, or reading a finished backtest back
+    }
+
+
+def naive_pooled(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The pooled test of the backtest's folds traded by their naive champions (cached in ``naive.json``)."""
+    cache = folder / "naive.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    results = []
+    for result_file in sorted((folder / "folds").glob("fold-*.json")):
+        result = json.loads(result_file.read_text())
+        results.append({**result, **naive_daily(folder / result_file.stem)})
+    selection = Config.from_dict(json.loads((folder / "plan.json").read_text())["config"]).selection
+    pooled = pooled_test(results, alpha=selection.alpha, min_edge=selection.min_edge)
+    cache.write_text(json.dumps(pooled, indent=1) + "\n")
+    return pooled
+
+
+def naive_daily(run_dir: Path) -> dict[str, Any]:
+    """A finished fold's test year traded by its last generation's best agent on validation (no test): its daily log
+    returns beside equal weight's, as a fold result holds them."""
+    config = Config.from_dict(json.loads(run_folder.config_path(run_dir).read_text()))
+    config = override(
+        config,
+        {"checkpoint.uri": str(run_dir.parent), "checkpoint.run_name": run_dir.name, "runtime.progress": False},
+    )
+    trainer = train_to_end(config, log=lambda line: None)  # finished: loads its last generation
+    market, actor, env = trainer.market, trainer.population.actor, config.env
+    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
+    agents = {f"agent{i}": actor.agent(i) for i in range(actor.popsize)}
+    validation = run_range(market, agents, market.splits.validation, name="validation", **settings)
+    best = max(agents, key=lambda name: float(validation.traces[name].log_returns.sum()))
+    test = run_range(market, {best: agents[best]}, market.splits.holdout, name="test year", **settings)
+    daily = {"champion": test.traces[best].log_returns, "equal_weight": test.traces["equal_weight"].log_returns}
+    return {"daily": {k: [float(x) for x in v] for k, v in daily.items()}, "test_dates": list(test.dates)}
+
+
+# ---------------------------------------------------------------------------------------------- null series
+
+
+def null_series(scenario: str, rng: np.random.Generator) -> np.ndarray:
+    """(NULL_DAYS,) a series whose expected value is 0 (see the module docstring)."""
+    sd = 0.004
+    if scenario == "independent normal":
+        return rng.normal(0.0, sd, NULL_DAYS)
+    if scenario == "AR(1) 0.3":
+        shocks = rng.normal(0.0, sd * math.sqrt(1 - 0.3**2), NULL_DAYS)
+        x = np.empty(NULL_DAYS)
+        x[0] = rng.normal(0.0, sd)
+        for t in range(1, NULL_DAYS):
+            x[t] = 0.3 * x[t - 1] + shocks[t]
+        return x
+    if scenario == "Student t(3)":
+        return rng.standard_t(3, NULL_DAYS) * sd / math.sqrt(3)
+    x = np.zeros(NULL_DAYS)  # one crowned year in twelve
+    year = int(rng.integers(12))
+    x[year * 252 : (year + 1) * 252] = rng.normal(0.0, sd, 252)
+    return x
+
+
+NULL_SCENARIOS = ("independent normal", "AR(1) 0.3", "Student t(3)", "one year in twelve")
+
+
+def null_size(scenario: str, reps: int, *, alpha: float, draws: int) -> dict[str, Any]:
+    rng = np.random.default_rng(NULL_SCENARIOS.index(scenario))  # each scenario its own fixed stream
+    rejected, blocks = 0, []
+    for rep in range(reps):
+        x = null_series(scenario, rng)
+        test = mean_test(x, alpha=alpha, generator=torch.Generator().manual_seed(rep), draws=draws)
+        rejected += test.p_value <= alpha
+        blocks.append(test.block_length)
+    return {
+        "scenario": scenario,
+        "reps": reps,
+        "draws": draws,
+        "rejected": rejected,
+        "mean_block": float(np.mean(blocks)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+
+def share(hits: int, total: int) -> str:
+    low, high = binomial_interval(hits, total) if total else (0.0, 1.0)
+    return f"{hits}/{total} = {hits / max(total, 1):.3f} [{low:.3f}, {high:.3f}]"
+
+
+def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'market':<12}{'seed':>5}{'crowned':>9}{'days':>6}{'mean %/y':>10}{'90% interval':>18}{'t':>7}{'p':>8}"
+        f"{'block':>7}{'DSR':>6}  outcome{'':<7}{'naive %/y':>10}{'naive p':>9}"
+    ]
+    for row in rows:
+        p, naive = row["pooled"], row["naive"] or {}
+        interval = "" if p["interval"] is None else f"{p['interval'][0] * 100:+.2f} to {p['interval'][1] * 100:+.2f}"
+        lines.append(
+            f"{row['kind']:<12}{row['seed']:>5}{row['crowned_folds']:>5}/{row['folds']:<3}{p['days']:>6}"
+            f"{p['mean_excess'] * 100:>+10.2f}{interval:>18}{_f(p['t'], '+7.2f')}{_f(p['p_value'], '8.4f')}"
+            f"{_f(p['block_length'], '7.1f')}{_f(p['deflated_sharpe'], '6.2f')}  {p['outcome']:<14}"
+            f"{_f(naive.get('mean_excess'), '+10.2f', 100)}{_f(naive.get('p_value'), '9.4f')}"
+        )
+    lines.append("")
+    for kind, what in (("random_walk", "size"), ("leaders", "power")):
+        group = [row for row in rows if row["kind"] == kind]
+        if not group:
+            continue
+        rejected = sum(row["pooled"]["outcome"] == "proven" for row in group)
+        worth = sum(
+            row["pooled"]["outcome"] == "proven" and row["pooled"]["mean_excess"] >= row["pooled"]["min_edge"]
+            for row in group
+        )
+        crowned = sum(row["crowned_folds"] for row in group)
+        folds = sum(row["folds"] for row in group)
+        outcomes: dict[str, int] = {}
+        for row in group:
+            outcomes[row["pooled"]["outcome"]] = outcomes.get(row["pooled"]["outcome"], 0) + 1
+        counts = ", ".join(f"{outcome} {count}" for outcome, count in sorted(outcomes.items()))
+        lines.append(
+            f"{kind} ({what}): pooled test rejects in {share(rejected, len(group))} backtests; the single-run gate "
+            f"crowned {share(crowned, folds)} folds; outcomes {counts}; proven with a mean excess of at least "
+            f"selection.min_edge in {worth}"
+        )
+        naive = [row["naive"] for row in group if row["naive"]]
+        if naive:
+            hits = sum(n["outcome"] == "proven" for n in naive)
+            mean = np.mean([n["mean_excess"] for n in naive]) * 100
+            lines.append(
+                f"{kind} ({what}), naive champions: pooled test rejects in {share(hits, len(naive))} backtests; "
+                f"mean excess {mean:+.2f} log %/y"
+            )
+    for null in nulls:
+        lines.append(
+            f"null series, {null['scenario']}: rejects {share(null['rejected'], null['reps'])} "
+            f"(mean block {null['mean_block']:.1f} days)"
+        )
+    return "\n".join(lines)
+
+
+def _f(value: float | None, spec: str, scale: float = 1.0) -> str:
+    width = int("".join(c for c in spec.split(".")[0] if c.isdigit()) or 0)
+    return f"{'n/a':>{width}}" if value is None else format(value * scale, spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="size,power,null", help="size, power, null, report (comma-separated)")
+    parser.add_argument("--size-seeds", default="0-19", help="random-walk markets")
+    parser.add_argument("--power-seeds", default="0-19", help="leaders markets")
+    parser.add_argument("--strength", type=float, default=0.0025, help="the leaders' edge a day (default: half)")
+    parser.add_argument("--assets", type=int, default=5)
+    parser.add_argument("--years", type=int, default=17, help="calendar years of the market, from 2000")
+    parser.add_argument("--folds", type=int, default=12, help="test years: the last FOLDS years")
+    parser.add_argument("--generations", type=int, default=15)
+    parser.add_argument("--run-seeds", default="0", help="the backtest's --seeds: runs per test year")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="after SMALL's settings")
+    parser.add_argument("--jobs", type=int, default=1, help="the backtest's --jobs")
+    parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive champions")
+    parser.add_argument("--null-series", type=int, default=2000, help="simulated series per null scenario")
+    parser.add_argument("--null-draws", type=int, default=1000, help="bootstrap resamples per simulated series")
+    parser.add_argument("--out", default="runs/backtest-power")
+    parser.add_argument("--json-out", help="default: OUT/power.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    parts = set(args.parts.split(","))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_out = Path(args.json_out or out / "power.json")
+    saved = json.loads(json_out.read_text()) if json_out.exists() else {"backtests": [], "null": []}
+    rows = {(r["kind"], r["seed"]): r for r in saved["backtests"]}
+    nulls = {n["scenario"]: n for n in saved["null"]}
+    plan = [("random_walk", s) for s in seeds_of(args.size_seeds)] if "size" in parts else []
+    plan += [("leaders", s) for s in seeds_of(args.power_seeds)] if "power" in parts else []
+    for kind, seed in plan:
+        row = run_backtest(kind, seed, args)
+        rows[(kind, seed)] = row
+        p = row["pooled"]
+        print(
+            f"{kind} seed {seed}: crowned {row['crowned_folds']}/{row['folds']}, {p['outcome']}, p {p['p_value']}, "
+            f"naive p {(row['naive'] or {}).get('p_value')} ({row['seconds']:.0f} s)",
+            flush=True,
+        )
+        _save(json_out, rows, nulls, args)
+    if "null" in parts:
+        for scenario in NULL_SCENARIOS:
+            done = nulls.get(scenario, {})
+            if (done.get("reps"), done.get("draws")) == (args.null_series, args.null_draws):
+                continue  # measured already
+            nulls[scenario] = null_size(scenario, args.null_series, alpha=0.05, draws=args.null_draws)
+            print(f"null series, {scenario}: {nulls[scenario]}", flush=True)
+            _save(json_out, rows, nulls, args)
+    ordered = sorted(rows.values(), key=lambda r: (r["kind"] != "random_walk", r["seed"]))
+    print(report(ordered, list(nulls.values())))
+
+
+def _save(path: Path, rows: dict, nulls: dict, args: argparse.Namespace) -> None:
+    document = {"settings": vars(args), "backtests": list(rows.values()), "null": list(nulls.values())}
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,335 @@
+"""Does the method beat equal weight? One test over every test day of a backtest, instead of a mean of per-fold
+Sharpe differences with no inference.
+
+**The series.** For every fold (test year, seed), the champion's daily log return minus equal weight's on the test
+days. Seeds that trade the same day are one observation of that day, not several: the runs of one year share the
+market's days, so their excesses move together and counting them as independent days would overstate the evidence.
+Each day's excess is the mean over the folds that trade it, and the test years are chained in date order into one
+series of D days (``pooled_excess``).
+
+**The test.** H0: the expected daily excess is at most 0. The mean excess ``m`` is resampled by the stationary
+bootstrap (Politis and Romano, 1994: blocks of random length, mean ``b`` days, so that a dependence between days is
+kept), with ``b`` chosen from the series by the Politis-White rule (``training.selection.block_length``, the
+estimator the selection gate uses). From B resampled means ``m*``:
+
+* the standard error ``se``: their standard deviation; ``t = m / se``;
+* the one-sided p-value, from the re-centred resamples: ``p = (1 + #{m* - m >= m}) / (B + 1)``, the share of
+  resamples in which a series with the same dependence but mean 0 would show at least ``m``;
+* the interval: the basic bootstrap interval at level ``1 - 2 alpha`` (90% at the default alpha 0.05),
+  ``[2m - q(1 - alpha), 2m - q(alpha)]`` of ``m*``; each end is a one-sided ``alpha`` bound, so its lower end is above
+  0 exactly when ``p <= alpha`` (up to ties and the +1), and an upper end below ``selection.min_edge`` rules an edge
+  worth having out at the same level.
+
+Means and bounds are reported annualised, ``x 252``: log returns a year (log %/y in the table).
+
+**The guarantee.** If the daily excess is stationary (its distribution and dependence the same on every test day)
+and weakly dependent (the dependence dies out within blocks of the chosen length), the chance of ``p <= alpha`` when
+the method has no edge over equal weight is ``alpha`` up to the bootstrap's approximation error, which falls as the
+days grow. At a finite block length the block bootstrap's variance is biased low when the days are strongly and
+positively autocorrelated, and the test is then somewhat liberal (``benchmarks/backtest_power.py`` measures the size
+on random-walk backtests and on simulated series: RESULTS.md). It is a test of the method on these years: a market
+whose regime changes between test years breaks stationarity, and the years tested are the years the data has. It
+tests the mean log excess, net of costs, not a Sharpe ratio. A champion's test year is out of sample (selection looked
+at validation days only), so the test needs no allowance for the candidates a fold compared; the deflated Sharpe ratio
+below makes one anyway.
+
+**The verdict**, one sentence: *edge proven at the 5% level* when ``p <= alpha`` (alpha is ``selection.alpha``);
+*no edge* when the mean is not positive or the interval's upper end is below ``selection.min_edge``; otherwise
+*cannot tell yet*, with the test years that would make the one-sided test reject at this mean and spread:
+``(z(1 - alpha) * sd / m)^2 / 252``, ``sd = se * sqrt(D)`` the per-day spread the bootstrap implies (dependence
+included). A backtest whose every champion is equal weight (excess exactly 0 every day) is not bootstrapped: there is
+nothing to test. Fewer than ``MIN_DAYS`` days are too few for a block bootstrap.
+
+**The deflated Sharpe ratio over every trial** (``pooled_deflated_sharpe``): the backtest tried every agent of every
+generation of every fold (N = agents x generations x test years x seeds, each fold's ``diagnostics.trials``). The
+pooled series' per-day Sharpe ratio (an information ratio over equal weight) is held against what the best of N
+unskilled trials is expected to show on as many days (``offline.overfitting.expected_max_sharpe``): the trials'
+variance of per-day Sharpe ratios is each fold's, measured on its validation days, pooled over the folds (weighted
+by trials) and scaled to the pooled series' length by ``validation days / D``, since a Sharpe ratio's sampling variance
+falls as one over its days (exactly so for unskilled trials, the null the ratio tests). It is stricter than the test
+above: it asks whether the edge would stand out had all N candidates been tried on the test days and the best kept.
+
+Deterministic: the resamples come from a generator seeded from ``SEED`` and the plan's (year, seed) pairs, so a
+backtest continued by the same command gives the same summary, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from statistics import NormalDist
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from environment.market import TRADING_DAYS
+from offline.overfitting import deflated_sharpe, expected_max_sharpe, series_moments
+from training.selection import block_length, stationary_bootstrap
+
+MIN_DAYS = 20
+"""Fewer test days than this are too few for a block bootstrap: the verdict asks for more."""
+DRAWS = 5_000
+"""Bootstrap resamples: the p-value's resolution is 1 / (DRAWS + 1), its Monte Carlo error at 0.05 about 0.003."""
+SEED = 20_261_129
+"""With the plan's (year, seed) pairs, seeds the resamples' generator."""
+_DRAWS_AT_ONCE = 500
+"""Resamples drawn at once (a chunk of ``_DRAWS_AT_ONCE x D`` day indices). The generator's stream is consumed chunk
+by chunk, so this is part of what fixes the resamples: changing it changes a summary's bytes, not its meaning."""
+
+
+class PooledExcess(NamedTuple):
+    """The champion's daily excess over equal weight over every test day, seeds averaged per day."""
+
+    dates: list[str]
+    """(D,) the test days in date order."""
+    excess: np.ndarray
+    """(D,) per day the mean over the folds that trade it of the champion's log return minus equal weight's."""
+    test_years: int
+    seeds: int
+    folds: int
+
+
+def pooled_excess(results: Sequence[dict[str, Any]]) -> PooledExcess:
+    """Chain every fold's daily excess (champion minus equal weight) in date order; folds that trade the same day
+    (seeds of one test year) give that day the mean of their excesses, so a day counts once however many seeds."""
+    by_day: dict[str, list[float]] = {}
+    for result in results:
+        champion, equal = result["daily"]["champion"], result["daily"]["equal_weight"]
+        for day, ours, theirs in zip(result["test_dates"], champion, equal, strict=True):
+            by_day.setdefault(day, []).append(ours - theirs)
+    dates = sorted(by_day)  # ISO dates: text order is date order
+    excess = np.array([math.fsum(by_day[d]) / len(by_day[d]) for d in dates], dtype=np.float64)  # (D,)
+    return PooledExcess(
+        dates,
+        excess,
+        test_years=len({r["year"] for r in results}),
+        seeds=len({r["seed"] for r in results}),
+        folds=len(results),
+    )
+
+
+class MeanTest(NamedTuple):
+    """The stationary bootstrap's verdict on a series' mean (per day)."""
+
+    mean: float
+    standard_error: float
+    """Standard deviation of the resampled means (ddof 1)."""
+    interval: tuple[float, float]
+    """Basic bootstrap interval at level ``1 - 2 alpha``: each end a one-sided ``alpha`` bound."""
+    p_value: float
+    """One-sided, H0: the expected value is at most 0; ``(1 + #{m* - m >= m}) / (B + 1)``."""
+    block_length: float
+    draws: int
+
+    @property
+    def t(self) -> float | None:
+        return self.mean / self.standard_error if self.standard_error > 0 else None
+
+
+def mean_test(
+    series: Any, *, alpha: float, generator: torch.Generator, draws: int = DRAWS, mean_block: float | None = None
+) -> MeanTest:
+    """Stationary-bootstrap test of ``series`` (D,)'s mean against 0 (see the module docstring).
+
+    Args:
+        series: (D,) the daily values.
+        alpha: the one-sided level; the interval's level is ``1 - 2 alpha``.
+        generator: draws the resamples.
+        draws: resamples B.
+        mean_block: the mean block length in days; None: Politis-White on the series.
+
+    Raises:
+        ValueError: fewer than two days, a non-finite value, or alpha outside (0, 0.5).
+    """
+    x = np.asarray(series, dtype=np.float64).ravel()
+    if len(x) < 2 or not np.isfinite(x).all():
+        raise ValueError("the series needs at least two finite days")
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    block = block_length(x) if mean_block is None else float(mean_block)
+    values = torch.from_numpy(x)
+    means = torch.empty(draws, dtype=torch.float64)  # (B,)
+    for first in range(0, draws, _DRAWS_AT_ONCE):
+        count = min(_DRAWS_AT_ONCE, draws - first)
+        days = stationary_bootstrap(len(x), draws=count, mean_block=block, generator=generator)  # (c, D)
+        means[first : first + count] = values[days].mean(dim=1)
+    resampled = means.numpy()
+    m = float(x.mean())
+    low, high = np.quantile(resampled, [alpha, 1.0 - alpha])
+    exceed = int(np.count_nonzero(resampled - m >= m))
+    return MeanTest(
+        mean=m,
+        standard_error=float(resampled.std(ddof=1)),
+        interval=(2.0 * m - float(high), 2.0 * m - float(low)),
+        p_value=(1 + exceed) / (draws + 1),
+        block_length=block,
+        draws=draws,
+    )
+
+
+def years_to_prove(mean: float, standard_error: float, *, days: int, alpha: float) -> float | None:
+    """Test years at which the one-sided test would reject if the daily excess kept this ``mean`` and the spread
+    ``standard_error * sqrt(days)``: ``(z(1 - alpha) * sd / mean)^2 / 252``; None for a mean that is not positive
+    (no number of years proves it)."""
+    if not mean > 0.0:
+        return None
+    spread = standard_error * math.sqrt(days)
+    return (NormalDist().inv_cdf(1.0 - alpha) * spread / mean) ** 2 / TRADING_DAYS
+
+
+def pooled_deflated_sharpe(series: np.ndarray, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The deflated Sharpe ratio of the pooled series against the best of every trial of the backtest (module
+    docstring), JSON-ready: ``deflated_sharpe`` (None with the reason in the reading when it cannot be had), ``trials``,
+    ``sharpe`` (per day), ``expected_max_sharpe`` (the bar, per day, at the series' length) and a reading."""
+    days = len(series)
+    recorded = [r.get("diagnostics") or {} for r in results]
+    figures: dict[str, Any] = {"deflated_sharpe": None, "trials": None, "sharpe": None, "expected_max_sharpe": None}
+    unrecorded = sum(any(d.get(k) is None for k in ("trials", "trial_sharpe_variance", "days")) for d in recorded)
+    if days < 2:
+        return {**figures, "deflated_sharpe_reading": "deflated Sharpe n/a (fewer than two test days)"}
+    if unrecorded:
+        reason = f"{unrecorded} of {len(results)} folds record no trials: finished by an earlier version, or no history"
+        return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({reason})"}
+    trials = sum(d["trials"] for d in recorded)
+    figures["trials"] = trials
+    # Each fold's variance of per-day validation Sharpe ratios, at the pooled series' length (variance ~ 1 / days).
+    variance = math.fsum(d["trials"] * d["trial_sharpe_variance"] * d["days"] / days for d in recorded) / trials
+    try:
+        moments = series_moments(series)
+        value = deflated_sharpe(
+            moments.sharpe,
+            days=moments.days,
+            trials=trials,
+            variance=variance,
+            skewness=moments.skewness,
+            kurtosis=moments.kurtosis,
+        )
+    except ValueError as reason:
+        why = "the excess is 0 on every test day" if not series.any() else str(reason)
+        return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({why}; {trials} trials)"}
+    bar = f"the best of {trials} unskilled trials is expected to show on as many days"
+    if value >= 0.95:
+        meaning = f"stands out even against what {bar}"
+    elif value >= 0.5:
+        meaning = f"is above what {bar}, but not by enough to rule that luck out"
+    else:
+        meaning = f"is below what {bar}"
+    return {
+        **figures,
+        "deflated_sharpe": value,
+        "sharpe": moments.sharpe,
+        "expected_max_sharpe": expected_max_sharpe(trials, variance),
+        "deflated_sharpe_reading": f"deflated Sharpe {value:.2f}: the edge over every test day {meaning}",
+    }
+
+
+def plan_seed(results: Sequence[dict[str, Any]]) -> int:
+    """The resamples' seed: ``SEED`` and the plan's (year, seed) pairs, in any order."""
+    pairs = sorted((int(r["year"]), int(r["seed"])) for r in results)
+    return SEED ^ zlib.crc32(json.dumps(pairs).encode())
+
+
+def pooled_test(
+    results: Sequence[dict[str, Any]], *, alpha: float = 0.05, min_edge: float = 0.005, draws: int = DRAWS
+) -> dict[str, Any]:
+    """The test of the module docstring on a backtest's fold results, JSON-ready: every figure (means and bounds
+    annualised, log return a year), the outcome (``proven``, ``no_edge``, ``cannot_tell``, ``equal_weight``,
+    ``too_few_days``) and the verdict sentence.
+
+    Args:
+        results: fold results as ``offline.backtest.results`` checks them (``daily`` holding ``champion`` and
+            ``equal_weight``, ``test_dates``; ``diagnostics`` where recorded).
+        alpha: the one-sided level (``selection.alpha``).
+        min_edge: the edge worth having, log return a year (``selection.min_edge``).
+        draws: bootstrap resamples.
+    """
+    pooled = pooled_excess(results)
+    days = len(pooled.excess)
+    figures: dict[str, Any] = {
+        "days": days,
+        "years": days / TRADING_DAYS,
+        "first_day": pooled.dates[0] if days else None,
+        "last_day": pooled.dates[-1] if days else None,
+        "test_years": pooled.test_years,
+        "seeds": pooled.seeds,
+        "folds": pooled.folds,
+        "mean_excess": float(pooled.excess.mean()) * TRADING_DAYS if days else None,
+        "interval": None,
+        "interval_level": 1.0 - 2.0 * alpha,
+        "t": None,
+        "p_value": None,
+        "alpha": alpha,
+        "min_edge": min_edge,
+        "block_length": None,
+        "draws": None,
+        "years_to_prove": None,
+    }
+    dsr = pooled_deflated_sharpe(pooled.excess, results)
+    level = f"{alpha * 100:g}%"
+    if days and not pooled.excess.any():
+        verdict = (
+            "no edge: every fold's champion is equal weight (no agent proved an edge on its validation days), so the "
+            "excess is exactly 0 on every test day and there is nothing to test"
+        )
+        return {**figures, **dsr, "outcome": "equal_weight", "verdict": verdict}
+    if days < MIN_DAYS:
+        verdict = f"cannot tell yet: the test needs more days ({days} test days; at least {MIN_DAYS})"
+        return {**figures, **dsr, "outcome": "too_few_days", "verdict": verdict}
+
+    generator = torch.Generator().manual_seed(plan_seed(results))
+    test = mean_test(pooled.excess, alpha=alpha, generator=generator, draws=draws)
+    low, high = (bound * TRADING_DAYS for bound in test.interval)
+    mean = test.mean * TRADING_DAYS
+    figures.update(
+        interval=[low, high],
+        t=test.t,
+        p_value=test.p_value,
+        block_length=test.block_length,
+        draws=test.draws,
+    )
+    span = f"over {days} test days ({days / TRADING_DAYS:.1f} years)"
+    interval = f"{figures['interval_level']:.0%} interval {_pct(low)} to {_pct(high)}"
+    if test.p_value <= alpha:
+        outcome = "proven"
+        verdict = (
+            f"edge proven at the {level} level: the champion beat equal weight by {_pct(mean)} log %/y {span}, "
+            f"one-sided p {test.p_value:.4f} ({interval})"
+        )
+        if high < min_edge:
+            verdict += (
+                f", though below selection.min_edge ({_pct(min_edge)} log %/y): real, but smaller than worth having"
+            )
+    elif mean <= 0.0:
+        outcome = "no_edge"
+        verdict = f"no edge: the champion's mean excess over equal weight is {_pct(mean)} log %/y {span}, not above 0"
+    elif high < min_edge:
+        outcome = "no_edge"
+        verdict = (
+            f"no edge: the {interval} log %/y ends below selection.min_edge ({_pct(min_edge)}): an edge worth having "
+            f"is ruled out {span}"
+        )
+    else:
+        outcome = "cannot_tell"
+        years = years_to_prove(test.mean, test.standard_error, days=days, alpha=alpha)
+        figures["years_to_prove"] = years
+        verdict = (
+            f"cannot tell yet: {_pct(mean)} log %/y {span} is not significant at the {level} level "
+            f"(one-sided p {test.p_value:.4f}); at this mean and spread about {_years(years)} test years would make "
+            "the one-sided test reject"
+        )
+        if years is not None and years <= days / TRADING_DAYS:
+            # the normal quantile rejects already; the bootstrap's distribution of the mean has a heavier tail here
+            verdict += " by the normal approximation (the bootstrap, which allows for the series' tails, does not yet)"
+    return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+
+
+def _pct(value: float) -> str:
+    """A log return a year as signed percent: ``+3.10``."""
+    return f"{value * 100:+.2f}"
+
+
+def _years(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
