@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from offline import tearsheet
+from offline.backtest.report import summarise
 from offline.holdout import INDEX
 from offline.performance import (
     annualised,
@@ -354,3 +355,13 @@ def test_the_backtest_page_chains_the_test_years_per_seed_and_shows_the_pooled_t
     summary, _ = backtest_inputs(pooled=None)
     verdict = tearsheet.backtest_verdict(summary, WITH_INDEX)
     assert not any("pooled" in sentence for sentence in verdict.sentences) and len(verdict.tables) == 2
+
+
+def test_the_backtest_page_renders_the_pooled_test_the_summary_computes():
+    summary, results = backtest_inputs()
+    summary = summarise(results, trading=summary["conventions"])  # the report's own pooled test, not a stand-in
+    verdict = tearsheet.backtest_verdict(summary, WITH_INDEX)
+    assert f"pooled test: {summary['pooled']['verdict']}" in verdict.sentences
+    pooled_table = verdict.tables[-1]
+    figures = {row[0]: row[1] for row in pooled_table.rows}
+    assert {"days", "t", "p value", "outcome"} <= set(figures) and "interval" not in figures
