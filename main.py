@@ -1,4 +1,4 @@
-"""Command line of the ERL + DDPG trading trainer.
+"""Command line of the evolutionary (ERL) actor-critic trading trainer.
 
     python main.py [--preset smoke|default|paper] [--set key=value ...] [flags]   train
     python main.py --resume [--generations N]                                     continue the latest run
@@ -43,7 +43,7 @@ def _train_parser() -> argparse.ArgumentParser:
     keys = "\n".join(f"  {key:<34} {doc}" for key, doc in config_module.field_docs().items())
     parser = _Parser(
         prog="python main.py",
-        description="Evolve a population of DDPG trading agents on daily market data.",
+        description="Evolve a population of actor-critic (DDPG or TD3) trading agents on daily market data.",
         epilog=f"config keys for --set:\n{keys}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -62,7 +62,7 @@ def paper_config(settings: dict[str, str]) -> Config:
 
 @torch.no_grad()
 def fill_ring(trainer: Trainer, generator: torch.Generator) -> None:
-    """Random transitions in every slot of the buffer, of the dtypes and ranges it holds, and the buffer marked full."""
+    """Random transitions in every row of the buffer, of the dtypes and ranges it holds, and the buffer marked full."""
     buffer = trainer.buffer
     days = trainer.market.splits.train
     for key, tensor in buffer.storage.items():

@@ -196,7 +196,7 @@ def report(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--after-full", type=int, default=5, help="generations after the buffer is full (default 5)")
-    parser.add_argument("--updates", type=int, default=4, help="DDPG updates per generation (default 4)")
+    parser.add_argument("--updates", type=int, default=4, help="learner updates per generation (default 4)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     args = parser.parse_args(argv)
     result = measure(args.after_full, args.updates)

@@ -156,9 +156,9 @@ def soak(config: Any, generations: int, *, settle: int, bounds: dict[str, Any]) 
         "bounds": bounds,
         **cost,
     }
-    summary["count_objects_share_of_generation"] = cost["count_objects_ms"] / 1000 / summary["median_generation_s"]
+    summary["count_objects_fraction_of_generation"] = cost["count_objects_ms"] / 1000 / summary["median_generation_s"]
     # What the telemetry took in the run itself (the object census only in the generations its budget allowed).
-    summary["telemetry_share_of_run"] = sum(row["telemetry_s"] for row in rows) / sum(
+    summary["telemetry_fraction_of_run"] = sum(row["telemetry_s"] for row in rows) / sum(
         row["generation_s"] for row in rows
     )
     summary["censused_generations"] = sum(1 for row in rows if row["python_objects"] is not None)
@@ -239,9 +239,9 @@ def report(result: dict[str, Any]) -> str:
     lines.append(
         f"telemetry cost: count_objects() {s['count_objects_ms']:.1f} ms, memory_snapshot() "
         f"{s['memory_snapshot_ms']:.2f} ms, vs median generation {s['median_generation_s'] * 1000:.0f} ms "
-        f"({100 * s['count_objects_share_of_generation']:.2f} %); in the run, the telemetry took "
-        f"{100 * s['telemetry_share_of_run']:.2f} % of the time, the object census counting "
-        f"{s['censused_generations']} of {s['generations']} generations (runtime.census_share)"
+        f"({100 * s['count_objects_fraction_of_generation']:.2f} %); in the run, the telemetry took "
+        f"{100 * s['telemetry_fraction_of_run']:.2f} % of the time, the object census counting "
+        f"{s['censused_generations']} of {s['generations']} generations (runtime.census_fraction)"
     )
     lines += [
         "",

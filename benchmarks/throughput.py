@@ -8,11 +8,11 @@ For each population size P, on the bundled data and the same machine:
 
 * evaluation agent-steps/s: the trainer's ``collect`` (P agents x E windows in lockstep) against
   ``per_agent.run_episodes`` (one agent, one window, one batch-1 step at a time), both storing transitions;
-* agent-updates/s in the DDPG phase: one batched learner update of all P agents against P single-agent updates
+* agent-updates/s in the update phase: one batched learner update of all P agents against P single-agent updates
   one after another, both sampling their own batches from the same buffer;
 * generation wall time: evaluation + validation + ``updates_per_generation`` updates, from the measured phases.
 
-Then: the machine's dense float32 matmul throughput, and the DDPG phase's achieved FLOP/s (counted by
+Then: the machine's dense float32 matmul throughput, and the update phase's achieved FLOP/s (counted by
 ``torch.utils.flop_counter``) as a fraction of it, at the default and the paper network sizes; and the stability of
 the trainer's speed over ``--stability-generations`` generations of a real run (steps/s per generation).
 """
@@ -188,7 +188,7 @@ def measure_population(
 
 
 def update_efficiency(config: Config, device: torch.device, machine_flops: float, *, repeats: int) -> dict[str, Any]:
-    """FLOPs of one batched DDPG update (sampling included), its achieved FLOP/s, and that over the matmul peak."""
+    """FLOPs of one batched learner update (sampling included), its achieved FLOP/s, and that over the matmul peak."""
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
@@ -211,7 +211,7 @@ def update_efficiency(config: Config, device: torch.device, machine_flops: float
 
 
 def profile_update(config: Config, device: torch.device, *, updates: int = 5, top: int = 10) -> list[dict[str, Any]]:
-    """The operators that take the DDPG update's time: share of self time, by operator name."""
+    """The operators that take the learner update's time: share of self time, by operator name."""
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
@@ -289,7 +289,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"dense float32 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s")
     print()
     header = (
-        f"{'P':>4} | {'eval agent-steps/s':>30} | {'DDPG agent-updates/s':>30} | {'generation s':>28}\n"
+        f"{'P':>4} | {'eval agent-steps/s':>30} | {'update agent-updates/s':>30} | {'generation s':>28}\n"
         f"{'':>4} | {'batched':>9} {'per-agent':>10} {'ratio':>8} | {'batched':>9} {'per-agent':>10} "
         f"{'ratio':>8} | {'batched':>8} {'per-agent':>10} {'ratio':>7}"
     )
@@ -304,7 +304,7 @@ def print_report(report: dict[str, Any]) -> None:
     print()
     for name, e in report["update_efficiency"].items():
         print(
-            f"DDPG phase at {name} size (P={e['population']}, lookback {e['lookback']}, batch {e['batch_size']}): "
+            f"update phase at {name} size (P={e['population']}, lookback {e['lookback']}, batch {e['batch_size']}): "
             f"{e['update_flops'] / 1e9:.2f} GFLOP per update in {1000 * e['update_s']:.0f} ms = "
             f"{e['achieved_flops'] / 1e9:.1f} GFLOP/s, {100 * e['efficiency']:.0f}% of matmul"
         )
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         config = override(base, {**parse_assignments(args.stability_set), "checkpoint.keep_last": 1})
         report["stability"] = stability(config, device, args.stability_generations)
     if args.profile:
-        say("profiling the DDPG update at the default size")
+        say("profiling the learner update at the default size")
         config = override(preset("default"), {"runtime.device": str(device), "learner.buffer_size": 100_000})
         report["update_profile"] = profile_update(config, device)
     if args.json_out:

@@ -1,4 +1,5 @@
-"""The DDPG update against the machine: its FLOP/s and bytes/s beside the device's peaks, and its kernel launches.
+"""The learner update (DDPG by default) against the machine: its FLOP/s and bytes/s beside the device's peaks, and
+its kernel launches.
 
     python benchmarks/update_roofline.py                                   # default preset, the training device
     python benchmarks/update_roofline.py --preset paper --set runtime.device=cuda --set runtime.cuda_graphs=true

@@ -43,9 +43,10 @@ from config.sections import (
 )
 from config.upgrades import (
     EARLIER_DEFAULTS,
+    RENAMED_KEYS,
     RENAMED_SECTIONS,
     RETIRED_KEYS,
-    with_current_sections,
+    with_current_names,
     with_earlier_defaults,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULTS_CHOSEN_ON",
     "EARLIER_DEFAULTS",
     "PRESETS",
+    "RENAMED_KEYS",
     "RENAMED_SECTIONS",
     "RETIRED_KEYS",
     "RUN_FLAGS",
@@ -84,6 +86,6 @@ __all__ = [
     "override",
     "parse_assignments",
     "preset",
-    "with_current_sections",
+    "with_current_names",
     "with_earlier_defaults",
 ]

@@ -66,7 +66,7 @@ def _paper() -> Config:
             "rollout.episodes": 64,
             "rollout.exploring_episodes": 32,
             "runtime.generations": 200,
-            # TF32 products on CUDA tensor cores: the DDPG phase several times faster; bit-exact resume still
+            # TF32 products on CUDA tensor cores: the update phase several times faster; bit-exact resume still
             # holds on the same GPU kind, not across kinds or against the CPU (README, "Precision on a GPU").
             "runtime.matmul_precision": "high",
         },

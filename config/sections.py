@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from config.upgrades import RETIRED_KEYS, with_current_sections, with_earlier_defaults
+from config.upgrades import RETIRED_KEYS, with_current_names, with_earlier_defaults
 from utils.errors import ConfigError
 
 FitnessName = Literal["mean_log_return", "sharpe", "worst_k"]
@@ -257,8 +257,8 @@ class SelectionConfig:
     """Mean block length of the stationary bootstrap in days; 0: chosen from the validation data (Politis-White)."""
     half_spent_at: int = 10
     """Generation by which the bootstrap gate's looks may have spent half their budget (budget * g / (g + this))."""
-    early_share: float = 0.2
-    """With method final: the share of alpha the looks before the run's last generation may spend; the last the rest."""
+    early_fraction: float = 0.2
+    """With method final: the fraction of alpha the looks before the run's last generation spend; the last the rest."""
     min_edge: float = 0.005
     """Edge over equal weight (log return a year, net of costs) an agent must be proven above to be crowned."""
 
@@ -267,7 +267,7 @@ class SelectionConfig:
         _require(self.bootstrap_draws >= 100, "selection.bootstrap_draws", "must be >= 100")
         _require(self.block_days == 0.0 or self.block_days >= 1.0, "selection.block_days", "must be 0 or >= 1")
         _require(self.half_spent_at >= 1, "selection.half_spent_at", "must be >= 1")
-        _require(0.0 <= self.early_share <= 1.0, "selection.early_share", "must be in [0, 1]")
+        _require(0.0 <= self.early_fraction <= 1.0, "selection.early_fraction", "must be in [0, 1]")
         _require(0.0 <= self.min_edge < 1.0, "selection.min_edge", "must be in [0, 1)")
 
 
@@ -304,7 +304,7 @@ class RuntimeConfig:
     """Show a progress bar over generations."""
     matmul_precision: MatmulPrecision = "highest"
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
-    census_share: float = 0.01
+    census_fraction: float = 0.01
     """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
     cuda_graphs: bool = True
     """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (runtime.graphs)."""
@@ -317,7 +317,7 @@ class RuntimeConfig:
         _require(self.generations >= 1, "runtime.generations", "must be >= 1")
         _require(0 <= self.seed < 2**63, "runtime.seed", "must be in [0, 2**63)")
         _require(1 <= self.collective_timeout_s <= 86400, "runtime.collective_timeout_s", "must be in [1, 86400]")
-        _require(0 < self.census_share <= 1, "runtime.census_share", "must be in (0, 1]")
+        _require(0 < self.census_fraction <= 1, "runtime.census_fraction", "must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ class Config:
         """Rebuild a config from ``to_dict`` output (a checkpoint's config.json), checking every key."""
         if not isinstance(values, dict):
             raise ConfigError("config must be a JSON object")
-        values = with_earlier_defaults(with_current_sections(values))
+        values = with_earlier_defaults(with_current_names(values))
         sections = {}
         for section in dataclasses.fields(cls):
             raw = values.get(section.name, {})

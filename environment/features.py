@@ -260,7 +260,7 @@ def build_market(
         benchmark=None if benchmark is None else _to_tensor(benchmark, device),
         benchmark_label=table.benchmark_label,
         tradable=None if tradable is None else _to_tensor(tradable, device),
-        tradable_share=1.0 if tradable is None else float(tradable.mean()),
+        tradable_fraction=1.0 if tradable is None else float(tradable.mean()),
         cash_relatives=None if cash is None else _to_tensor(cash, device),
         feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
         feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)

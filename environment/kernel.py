@@ -1,6 +1,6 @@
 """The portfolio step: the one piece of arithmetic both environments share.
 
-Weights are over ``N + 1`` slots, cash first: ``weights[..., 0]`` is cash, ``weights[..., 1:]``
+Weights are over ``N + 1`` entries, cash first: ``weights[..., 0]`` is cash, ``weights[..., 1:]``
 the assets in ``Market.tickers`` order. Every function works on any leading batch shape.
 
 One step (``portfolio_step``), from the close at which a target fills to the next close:

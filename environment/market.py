@@ -73,7 +73,7 @@ class Market:
     """What the benchmark is, as reports name it (a price index without dividends is labelled so)."""
     tradable: torch.Tensor | None = None
     """(T, N) bool: the assets that have a price on each day; None when every asset has one every day."""
-    tradable_share: float = 1.0
+    tradable_fraction: float = 1.0
     """The share of asset-days on which the asset has a price (counted on the host, where the market was built)."""
     feature_definitions: tuple[str, ...] = ()
     """How each feature's raw value of day ``t`` is made, in ``feature_names`` order."""

@@ -79,10 +79,10 @@ def make_market(
         persistence = 120.0 if persistence is None else persistence
         current = rng.choice(num_assets, size=leaders, replace=False)
         for t in range(num_days):
-            for slot in range(leaders):
+            for leader in range(leaders):
                 if rng.random() < 1.0 / persistence:
                     others = np.setdiff1d(np.arange(num_assets), current)
-                    current[slot] = rng.choice(others)
+                    current[leader] = rng.choice(others)
             signal[t, current] = strength
             rule[t, current] = 1.0 / leaders
         # Leadership on day t shows in day t's returns; the rule holds day t's leaders through day t + 1.

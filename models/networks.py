@@ -136,7 +136,7 @@ class ActorFeatures(NamedTuple):
 
 
 class Actor(nn.Module):
-    """Deterministic policy of P agents: observation -> logits over N + 1 slots (cash first)."""
+    """Deterministic policy of P agents: observation -> logits over N + 1 entries (cash first)."""
 
     def __init__(self, popsize: int, window_size: int, model: ModelConfig):
         super().__init__()

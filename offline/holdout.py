@@ -3,7 +3,7 @@
 A range (validation or holdout) is run as one episode, the way validation scores the champion during training:
 every strategy starts in cash on the decision day whose target earns the range's first day (``env.execution_delay``
 days before the day before it) and trades every day of it.
-Every strategy runs in one ``VectorPortfolioEnv`` (one agent slot each), so all of them see the same days, pay
+Every strategy runs in one ``VectorPortfolioEnv`` (one row each, as an agent), so all of them see the same days, pay
 the same ``cost_rate`` per unit of turnover and are measured by the same kernel:
 
 * ``champion``: the run's champion actor, deterministic (no exploration noise); equal weight when no agent
@@ -98,7 +98,7 @@ def run_range(
     starts = [first_decision(days, execution_delay)]
     episode_days = len(days)
     strategies = [*actors, *RULE_STRATEGIES]
-    slots = {strategy: i for i, strategy in enumerate(strategies)}
+    rows = {strategy: i for i, strategy in enumerate(strategies)}
     n = market.num_assets
     env = VectorPortfolioEnv(
         market,
@@ -119,12 +119,12 @@ def run_range(
         step = env.step_index
         actions = torch.empty(len(strategies), len(starts), n + 1, device=device)
         for strategy, actor in actors.items():
-            i = slots[strategy]
+            i = rows[strategy]
             actions[i] = actor(obs._replace(weights=obs.weights[i : i + 1]))[0]
-        actions[slots["equal_weight"]] = env.equal_weight(out=equal)
-        held_on = env.weights_before_fill()[slots["buy_and_hold"]]  # holding them trades nothing
-        actions[slots["buy_and_hold"]] = equal if step == 0 else held_on
-        actions[slots["cash"]] = cash
+        actions[rows["equal_weight"]] = env.equal_weight(out=equal)
+        held_on = env.weights_before_fill()[rows["buy_and_hold"]]  # holding them trades nothing
+        actions[rows["buy_and_hold"]] = equal if step == 0 else held_on
+        actions[rows["cash"]] = cash
         held[:, :, step] = actions
         _, obs = env.step(actions)
 
@@ -133,7 +133,7 @@ def run_range(
 
     rewards, turnover, weights = series(env.rewards_per_episode), series(env.turnover_per_episode), series(held)
     traces = {
-        strategy: Trace(rewards[i], turnover[i], cost_rate * turnover[i], weights[i]) for strategy, i in slots.items()
+        strategy: Trace(rewards[i], turnover[i], cost_rate * turnover[i], weights[i]) for strategy, i in rows.items()
     }
     earned = [start + execution_delay + 1 + k for start in starts for k in range(episode_days)]
     earned_days = torch.tensor(earned, device=device)

@@ -1,6 +1,6 @@
 """Where results cross from the training device to the host.
 
-Every step of a generation runs on the training device: the rollouts, validation, evolution's copies and the DDPG
+Every step of a generation runs on the training device: the rollouts, validation, evolution's copies and the learner's
 updates. The decisions (the selection gate, crowning, the evolution plan) and the record are taken on the host, in
 float64, from CPU tensors. Device results reach the host through ``to_host`` only, at two points of a generation:
 the evidence the decisions need (fitness and validation returns, ``Trainer._validate``) and the update's

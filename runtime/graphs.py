@@ -1,6 +1,6 @@
 """CUDA graphs around the generation's device steps: one replay where Python launched hundreds of kernels.
 
-A DDPG update, a day of the rollout and a day of validation are each dozens to hundreds of small kernels, and on a
+A learner update, a day of the rollout and a day of validation are each dozens to hundreds of small kernels, and on a
 GPU their launches from Python cost more than the arithmetic (BENCHMARKS.md, GPU). ``GraphedStep`` wraps such a step
 from outside, as LeanRL wraps CleanRL's update, leaving the algorithm's code as it reads: it runs the step eagerly a
 few times (a warm-up, which lets cuBLAS and the caching allocator settle), then captures one call as a CUDA graph and

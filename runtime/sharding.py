@@ -2,7 +2,7 @@
 collectives that make W processes train one run.
 
 ``torchrun --nproc_per_node=W main.py ...`` starts W processes (ranks). Each holds a contiguous block of
-P / W slots, runs its agents' episodes and their batched DDPG updates; what joins them:
+P / W slots, runs its agents' episodes and their batched learner updates; what joins them:
 
 * every transition goes to every rank's replay buffer (one gather per environment step), so the buffer is the same
   everywhere and is checkpointed once;
@@ -119,7 +119,7 @@ class Ranks:
         dist.broadcast(value, src=0)
         return None if int(value.item()) < 0 else int(value.item())
 
-    def share_bytes(self, data: bytes | None) -> bytes:
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
         """The leader's ``data`` on every rank (others pass None). Bytes, never pickles."""
         if not self.distributed:
             assert data is not None
@@ -163,7 +163,7 @@ class Ranks:
         if not self.distributed:
             return decide()
         if not self.is_leader:
-            answer = json.loads(self.share_bytes(None))
+            answer = json.loads(self.broadcast_bytes(None))
             if "input_error" in answer:
                 raise InputError(answer["input_error"])
             if "failed" in answer:
@@ -172,15 +172,17 @@ class Ranks:
         try:
             result = decide()
         except InputError as error:
-            self.share_bytes(json.dumps({"input_error": str(error)}).encode())
+            self.broadcast_bytes(json.dumps({"input_error": str(error)}).encode())
             raise
         except BaseException:
-            self.share_bytes(json.dumps({"failed": True}).encode())
+            self.broadcast_bytes(json.dumps({"failed": True}).encode())
             raise
-        self.share_bytes(json.dumps({"result": result}).encode())
+        self.broadcast_bytes(json.dumps({"result": result}).encode())
         return result
 
-    def share_tensors(self, groups: dict[str, dict[str, torch.Tensor]] | None) -> dict[str, dict[str, torch.Tensor]]:
+    def broadcast_tensors(
+        self, groups: dict[str, dict[str, torch.Tensor]] | None
+    ) -> dict[str, dict[str, torch.Tensor]]:
         """The leader's host tensors (group -> key -> tensor) on every rank: a layout in JSON, then one broadcast
         per tensor."""
         if not self.distributed:
@@ -190,7 +192,7 @@ class Ranks:
             name: {key: [str(t.dtype).removeprefix("torch."), list(t.shape)] for key, t in group.items()}
             for name, group in (groups or {}).items()
         }
-        layout = json.loads(self.share_bytes(json.dumps(layout).encode() if self.is_leader else None))
+        layout = json.loads(self.broadcast_bytes(json.dumps(layout).encode() if self.is_leader else None))
         shared: dict[str, dict[str, torch.Tensor]] = {}
         for name, entries in layout.items():
             shared[name] = {}

@@ -3,7 +3,7 @@
 Test-only: it wraps a trainer phase and three steps of ``persistence.checkpoint.write_generation`` from the outside,
 so product code carries no hook. The moment inside a generation's training:
 
-* ``updating``: the generation's DDPG updates are about to run (its rollouts, validation and evolution are done); the
+* ``updating``: the generation's learner updates are about to run (its rollouts, validation and evolution are done); the
   training loop stops there, and the checkpoint writer's thread goes on writing the generation before it.
 
 The moments in the order a generation is written:

@@ -203,8 +203,8 @@ def test_the_cpu_profiler_counts_the_kernels_the_dispatch_mode_counts_on_an_upda
     assert check["ratio"] == pytest.approx(1.0, abs=0.02), check
 
 
-@pytest.mark.parametrize("early_share", [None, 0.2])
-def test_the_selection_study_replays_the_trainers_gate(early_share):
+@pytest.mark.parametrize("early_fraction", [None, 0.2])
+def test_the_selection_study_replays_the_trainers_gate(early_fraction):
     """``benchmarks/selection_study.py`` judges designs offline from bootstrap counts instead of gathered resamples:
     on the same excess returns and resamples its replay gives the trainer's critical values look by look and crowns
     the agent the trainer's rule (``choose_champion`` by return, above the margin) crowns."""
@@ -219,12 +219,12 @@ def test_the_selection_study_replays_the_trainers_gate(early_share):
         mean_block=1.0,
         half_spent_at=10,
         generator=torch.Generator().manual_seed(1),
-        early_share=early_share,
+        early_fraction=early_fraction,
     )
     counts = torch.zeros(400, days, dtype=torch.int32).scatter_add_(
         1, gate.resamples, torch.ones_like(gate.resamples, dtype=torch.int32)
     )
-    design = Design("trainer", margin=margin) if early_share is None else Design("final", spend="split", first=0.2)
+    design = Design("trainer", margin=margin) if early_fraction is None else Design("final", spend="split", first=0.2)
     design = replace(design, margin=margin)
     zeros = np.zeros((generations, popsize))
     outcome = replay(design, Resampled(excess.numpy(), counts), fitness=zeros, blocks=zeros, costs=zeros)

@@ -76,7 +76,7 @@ def test_override_converts_strings_to_the_field_types():
         ("evolution.elites", "16", "evolution.elites"),
         ("data.start", "2020-13-01", "data.start"),
         ("selection.method", "last", "one of bootstrap|final|bonferroni"),
-        ("selection.early_share", "1.5", "selection.early_share"),
+        ("selection.early_fraction", "1.5", "selection.early_fraction"),
         ("selection.min_edge", "-0.01", "selection.min_edge"),
     ],
 )
@@ -118,6 +118,28 @@ def test_a_config_written_when_the_learner_was_called_ddpg_still_loads_and_the_o
     assert Config.from_dict(written) == override(Config(), {"learner.gamma": 0.9})
     with pytest.raises(ConfigError, match=r"ddpg is now called learner: learner\.gamma"):
         override(Config(), parse_assignments(["ddpg.gamma=0.9"]))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "value"),
+    [
+        ("runtime.census_share", "runtime.census_fraction", 0.5),
+        ("selection.early_share", "selection.early_fraction", 0.3),
+    ],
+)
+def test_a_config_written_with_a_keys_old_name_still_loads_and_the_old_name_points_to_the_new(old, new, value):
+    """ "Share" names the agents a process holds; the fractions that were called shares load under their new names."""
+    section, _, old_name = old.partition(".")
+    written = Config().to_dict()
+    written[section] = {k: v for k, v in written[section].items() if k != new.partition(".")[2]}
+    written[section][old_name] = value
+    assert Config.from_dict(written) == override(Config(), {new: value})
+    for set_it in (
+        lambda: override(Config(), parse_assignments([f"{old}={value}"])),
+        lambda: coerce_setting(old, value),
+    ):
+        with pytest.raises(ConfigError, match=rf"{old} is now called {new}$"):
+            set_it()
 
 
 def test_a_config_naming_a_removed_key_still_loads_and_the_key_is_refused_with_why():

@@ -228,7 +228,7 @@ class Checkpointing:
 
         ranks = self.sharding.ranks
         documents = ranks.from_leader(read)
-        tensors = ranks.share_tensors(tensors)
+        tensors = ranks.broadcast_tensors(tensors)
         document = documents["state"]
         if document.get("market_fingerprint") != self.fingerprint:  # a rank that loaded other data
             raise CheckpointError("the market data differs from the data this run was trained on")

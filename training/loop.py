@@ -1,4 +1,4 @@
-"""The generation loop of evolutionary DDPG: roll out, validate and crown, evolve, update, record.
+"""The generation loop of evolutionary actor-critic learning: roll out, validate and crown, evolve, update, record.
 
 One generation, as ``Trainer.run_generation`` reads:
 
@@ -11,7 +11,7 @@ One generation, as ``Trainer.run_generation`` reads:
    is equal weight.
 3. Evolve: selection on the fitness measured in step 1, on the very parameters being selected (nothing has trained
    them since), applied in place (``training.evolution``).
-4. Update: every agent, offspring included, takes DDPG steps on batches from the shared buffer (``training.update``,
+4. Update: every agent, offspring included, takes learner steps on batches from the shared buffer (``training.update``,
    ``models.learner``).
 5. Record: one metrics row and console line (``training.records``), one checkpoint (``training.checkpointing``).
 
@@ -118,7 +118,7 @@ class Trainer:
         )
         self.timer = PhaseTimer(self.device)
         self._captured = 0  # graphs captured before the current generation (``_captures``)
-        self.telemetry = Telemetry(self.device, census_share=config.runtime.census_share)
+        self.telemetry = Telemetry(self.device, census_fraction=config.runtime.census_fraction)
 
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Run generations until ``self.generation == until``, checkpointing each one.

@@ -116,7 +116,7 @@ def runs_folder(config: Config) -> Path:
 def make_gate(config: Config, market: Market) -> SequentialGate | None:
     """The run's selection gate (``training.selection``); None with ``selection.method=bonferroni``. Its resamples
     come from a stream of their own, drawn once from the seed: every look and every resume sees the same ones. With
-    ``method=final`` the looks before the run's last spend ``selection.early_share`` of alpha, the last the rest."""
+    ``method=final`` the looks before the run's last spend ``selection.early_fraction`` of alpha, the last the rest."""
     selection = config.selection
     if selection.method == "bonferroni":
         return None
@@ -130,5 +130,5 @@ def make_gate(config: Config, market: Market) -> SequentialGate | None:
         mean_block=mean_block,
         half_spent_at=selection.half_spent_at,
         generator=gate_generator(config.runtime.seed),
-        early_share=selection.early_share if selection.method == "final" else None,
+        early_fraction=selection.early_fraction if selection.method == "final" else None,
     )

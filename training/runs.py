@@ -132,7 +132,7 @@ def _begin(opened: opening.Opened, *, log: Callable[[str], None], should_stop: C
 
 def coverage(market: Market) -> str:
     """The universe a run trades: its assets, days and the share of asset-days on which an asset has a price."""
-    return f"{market.num_assets} assets x {market.num_days} days, {market.tradable_share:.1%} of asset-days tradable"
+    return f"{market.num_assets} assets x {market.num_days} days, {market.tradable_fraction:.1%} of asset-days tradable"
 
 
 def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:

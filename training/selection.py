@@ -28,8 +28,8 @@ critical value barely moves; the test pays only for new evidence.
 worth proving are the last generation's; and a generation's candidates are not clones of the one twenty generations
 before, so every look in between costs budget that the last one then lacks: on recorded runs
 (``benchmarks/selection_study.py``) the critical t of generation 40 was about 2.2 when every look spent alike, 1.7
-when the last look held most of the budget, against 1.645 for one candidate named in advance. With ``early_share``
-the looks before the run's last generation may spend only ``early_share * alpha * g / (g + h)`` (``h``:
+when the last look held most of the budget, against 1.645 for one candidate named in advance. With ``early_fraction``
+the looks before the run's last generation may spend only ``early_fraction * alpha * g / (g + h)`` (``h``:
 ``selection.half_spent_at``), enough to crown a strong edge early, and the look of the last generation
 (``runtime.generations``, the run's planned end) may spend the rest of ``alpha``. The run's plan is then part of the
 test: a run resumed after a stop keeps its plan and decides as one never stopped, but a run extended after its last
@@ -238,7 +238,7 @@ class SequentialGate:
         mean_block: the stationary bootstrap's mean block length, in days.
         half_spent_at: the generation by which half of the looks' budget may be spent.
         generator: draws the resamples once; a run's gate must see the same ones at every look and on resume.
-        early_share: the share of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
+        early_fraction: the share of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
             every look spends alike, ``alpha * g / (g + half_spent_at)`` (``method="bootstrap"``).
     """
 
@@ -251,9 +251,9 @@ class SequentialGate:
         mean_block: float,
         half_spent_at: int,
         generator: torch.Generator,
-        early_share: float | None = None,
+        early_fraction: float | None = None,
     ) -> None:
-        self.alpha, self.half_spent_at, self.early_share = alpha, half_spent_at, early_share
+        self.alpha, self.half_spent_at, self.early_fraction = alpha, half_spent_at, early_fraction
         self.mean_block = mean_block
         self.resamples = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=generator)  # (B, D)
         self.crossed = torch.zeros(draws, dtype=torch.bool)  # (B,)
@@ -261,9 +261,9 @@ class SequentialGate:
 
     def spent(self, generation: int, *, last: bool) -> float:
         """The budget the looks up to ``generation`` (1-based) may have spent; ``last``: it is the run's last look."""
-        if self.early_share is None:
+        if self.early_fraction is None:
             return spent_alpha(generation, self.alpha, self.half_spent_at)
-        return self.alpha if last else self.early_share * spent_alpha(generation, self.alpha, self.half_spent_at)
+        return self.alpha if last else self.early_fraction * spent_alpha(generation, self.alpha, self.half_spent_at)
 
     def look(self, excess: torch.Tensor, generation: int, *, last: bool = False, margin: float = 0.0) -> Look:
         """The critical t of ``generation``'s candidates, and the crossed resamples updated with it.
@@ -271,7 +271,7 @@ class SequentialGate:
         Args:
             excess: (S, D) daily excess log returns over equal weight of the generation's candidates (host).
             generation: 1-based; each generation looks once.
-            last: this is the run's last look (its planned end): with ``early_share`` it may spend all of ``alpha``.
+            last: this is the run's last look (its planned end): with ``early_fraction`` it may spend all of ``alpha``.
             margin: the daily edge the null hypothesis allows (``selection.min_edge / 252``): a candidate's t is
                 that of its excess less the margin.
 
@@ -299,7 +299,7 @@ class SequentialGate:
             maxima[first : first + chunk] = statistic.max(dim=0).values
         open_maxima = maxima[~self.crossed].sort(descending=True).values
         critical = self._critical(open_maxima, self.spent(generation, last=last))
-        last_critical = critical if last or self.early_share is None else self._critical(open_maxima, self.alpha)
+        last_critical = critical if last or self.early_fraction is None else self._critical(open_maxima, self.alpha)
         self.crossed |= maxima > critical
         return Look(critical, last_critical)
 

@@ -106,12 +106,12 @@ class Telemetry:
 
     Args:
         device: the training device (its allocator's figures on CUDA).
-        census_share: ``ObjectCensus``'s share of the run's time.
+        census_fraction: ``ObjectCensus``'s share of the run's time.
     """
 
-    def __init__(self, device: torch.device, *, census_share: float) -> None:
+    def __init__(self, device: torch.device, *, census_fraction: float) -> None:
         self.device = device
-        self.census = ObjectCensus(census_share)
+        self.census = ObjectCensus(census_fraction)
         self.growth = GrowthWatch()
 
     def measure(self, *, warm: bool, **figures: int) -> tuple[dict[str, int | None], str | None]:

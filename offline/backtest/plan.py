@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from config import DEFAULTS_CHOSEN_ON, Config, dotted, override, with_current_sections, with_earlier_defaults
+from config import DEFAULTS_CHOSEN_ON, Config, dotted, override, with_current_names, with_earlier_defaults
 from persistence.provenance import market_fingerprint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
 from training.fitness import training_starts
@@ -131,7 +131,7 @@ def plan_difference(saved: dict[str, Any], plan: dict[str, Any]) -> str | None:
     old, new = (
         {
             k: v
-            for k, v in dotted(with_earlier_defaults(with_current_sections(d["config"]))).items()
+            for k, v in dotted(with_earlier_defaults(with_current_names(d["config"]))).items()
             if k not in HOW_IT_RUNS
         }
         for d in (saved, plan)

@@ -47,7 +47,7 @@ def require_leaders_plan(ranks: Ranks, plan: dict[str, Any]) -> None:
     """A ConfigError on a process whose settings or data give another plan (or market) than the leader's: a summary
     describes one plan on one market."""
     mine = json.dumps(plan, sort_keys=True).encode()
-    if ranks.share_bytes(mine if ranks.is_leader else None) != mine:
+    if ranks.broadcast_bytes(mine if ranks.is_leader else None) != mine:
         raise ConfigError(
             f"process {ranks.rank} plans another backtest than the leader (its data or settings differ); give every "
             "node the same data and the same command"

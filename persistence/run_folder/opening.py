@@ -31,7 +31,7 @@ RESUMABLE_CHANGES = frozenset(
         "runtime.collective_timeout_s",
         "runtime.cuda_graphs",
         "runtime.torch_compile",
-        "runtime.census_share",
+        "runtime.census_fraction",
     }
 )
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""

@@ -1,6 +1,6 @@
 """Checkpoints reach the bucket in the background: the trainer writes each generation locally, hands it over, moves on.
 
-Two slots, not a list: at most one generation uploading and one waiting; ``submit`` replaces the waiting one (the
+Two places, not a list: at most one generation uploading and one waiting; ``submit`` replaces the waiting one (the
 bucket wants the latest state, not every state). A failed upload is retried with backoff (``retry_delay`` doubling
 up to ``max_retry_delay``) until a newer generation waits, then abandoned for it. After each upload, retention keeps
 in the bucket the newest ``keep_last`` complete generations (at least one), the one ``LATEST`` names and the
@@ -67,11 +67,11 @@ class UploadSummary:
     """What the uploader has done since it was made.
 
     ``last_uploaded`` is the newest generation completed in the bucket, ``pending`` the newest one submitted but not
-    there yet when ``flush`` returned (it timed out). ``generations_abandoned`` counts those replaced in the waiting
-    slot, given up after a failure for a newer one, or whose local folder vanished; ``files_skipped`` those already in
-    the bucket with the same size and MD5; ``files_copied`` those copied inside the bucket from the generation
-    uploaded before, whose file has the same bytes (the replay buffer's unchanged segments); ``failures`` the failed
-    attempts; ``generations_deleted`` retention's work.
+    there yet when ``flush`` returned (it timed out). ``generations_abandoned`` counts those replaced while waiting,
+    given up after a failure for a newer one, or whose local folder vanished; ``files_skipped`` those already in the
+    bucket with the same size and MD5; ``files_copied`` those copied inside the bucket from the generation uploaded
+    before, whose file has the same bytes (the replay buffer's unchanged segments); ``failures`` the failed attempts;
+    ``generations_deleted`` retention's work.
     """
 
     last_uploaded: int | None
@@ -149,7 +149,7 @@ class CheckpointUploader:
         self._log_line = log
 
         self._cond = threading.Condition()
-        # The whole queue: one slot uploading, one waiting; then the upload's progress and fixed counters.
+        # The whole queue: one generation uploading, one waiting; then the upload's progress and fixed counters.
         self._waiting: _Job | None = None
         self._uploading: int | None = None
         self._closed = False

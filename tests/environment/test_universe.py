@@ -44,7 +44,7 @@ def test_a_universe_of_survivors_is_the_old_market_bit_for_bit():
     """Every asset trades every day: no tradable feature, no mask, the features and relatives as they always were."""
     values = prices()
     market = build_market(table(values, universe="common"), **SETTINGS)
-    assert market.tradable is None and market.feature_names == FEATURE_NAMES and market.tradable_share == 1.0
+    assert market.tradable is None and market.feature_names == FEATURE_NAMES and market.tradable_fraction == 1.0
     raw = raw_features(values)[WARMUP_DAYS:]
     train = raw[: market.splits.train.stop]
     mean, std = train.mean(axis=(0, 1)), train.std(axis=(0, 1))
@@ -61,7 +61,7 @@ def test_assets_trade_from_their_first_price_to_their_last():
     tradable = market.tradable.numpy()
     assert np.array_equal(tradable[:, 3], rows >= LISTS) and np.array_equal(tradable[:, 2], rows < DELISTS)
     assert tradable[:, :2].all()
-    assert market.tradable_share == pytest.approx(tradable.mean())
+    assert market.tradable_fraction == pytest.approx(tradable.mean())
     # The networks see it: a last feature, 1 on the days the asset has a price, unnormalised.
     assert market.feature_names == (*FEATURE_NAMES, TRADABLE)
     assert np.array_equal(market.features[..., -1].numpy(), tradable.astype(np.float32))

@@ -98,7 +98,7 @@ def test_buy_and_hold_trades_once(holdout):
 
 
 def test_a_known_policy_is_run_deterministically(holdout):
-    """A third in each slot every day: the first trade buys two thirds, later ones undo the drift."""
+    """A third in each entry (cash, 2 assets) daily: the first trade buys two thirds, later ones undo the drift."""
     w = np.array([1 / 3, 1 / 3, 1 / 3])
     r = np.array([1.0, A, B])
     g = float(w @ r)

@@ -25,7 +25,7 @@ SCRIPT = str(REPO / "tests" / "sharded_checked.py")
 GENERATIONS = 3
 DEVICE_METHODS = {"gather", "broadcast_", "fetch_rows"}
 """Sharding's collectives over tensors on the training device."""
-HOST_METHODS = {"any", "leader_choice", "share_bytes", "share_tensors", "gather_to_leader"}
+HOST_METHODS = {"any", "leader_choice", "broadcast_bytes", "broadcast_tensors", "gather_to_leader"}
 """Ranks' and Sharding's collectives over host tensors."""
 
 

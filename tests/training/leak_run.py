@@ -101,7 +101,7 @@ def _train(root: str, leak: str | None, generations: int, device: str, emulated:
                 "runtime.generations": generations,
                 "runtime.progress": False,
                 "runtime.device": device,
-                "runtime.census_share": 1.0,  # the object counts every generation
+                "runtime.census_fraction": 1.0,  # the object counts every generation
             },
         )
         run = start_run(config, log=lines.append)

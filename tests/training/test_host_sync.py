@@ -1,4 +1,4 @@
-"""No host synchronisation inside a phase: evaluation, validation and DDPG updates stay on the device.
+"""No host synchronisation inside a phase: evaluation, validation and learner updates stay on the device.
 
 On the CPU there is no device to wait for, so the test watches the operators that would wait on a GPU: reading a
 tensor's value on the host (``.item()``, ``float(t)``, ``if t:``), ``nonzero`` (its size depends on the data) and

@@ -252,7 +252,7 @@ def test_a_run_stopped_before_its_last_look_resumes_as_one_never_stopped(tmp_pat
 
 def test_a_stop_costs_one_vote_per_phase_however_many_updates(tmp_path):
     """With several processes each vote is a collective: the loop votes between phases (three a generation), never
-    per DDPG update, so 2 or 24 updates cost the same."""
+    per learner update, so 2 or 24 updates cost the same."""
     votes = {}
     for updates in (2, 24):
         config = override(

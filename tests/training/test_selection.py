@@ -35,7 +35,7 @@ def make_gate(
     draws: int = 1000,
     mean_block: float = 1.0,
     half: int = 2,
-    early_share: float | None = None,
+    early_fraction: float | None = None,
 ):
     generator = torch.Generator().manual_seed(seed)
     return SequentialGate(
@@ -45,7 +45,7 @@ def make_gate(
         mean_block=mean_block,
         half_spent_at=half,
         generator=generator,
-        early_share=early_share,
+        early_fraction=early_fraction,
     )
 
 
@@ -57,15 +57,15 @@ def false_crown_rate(
     days: int,
     alpha: float = 0.1,
     seed: int = 0,
-    early_share: float | None = None,
+    early_fraction: float | None = None,
     margin: float = 0.0,
 ) -> float:
     """Share of simulated runs in which the gate proves any candidate of any look; ``make_excess(look, g)`` gives
-    that look's (S, D) null candidates; with ``early_share`` the last look is the run's last; ``margin`` daily."""
+    that look's (S, D) null candidates; with ``early_fraction`` the last look is the run's last; ``margin`` daily."""
     g = torch.Generator().manual_seed(seed)
     crowned = 0
     for run in range(runs):
-        gate = make_gate(days, seed=10_000 + run, alpha=alpha, draws=500, early_share=early_share)
+        gate = make_gate(days, seed=10_000 + run, alpha=alpha, draws=500, early_fraction=early_fraction)
         state = {}
         hit = False
         for look in range(1, looks + 1):
@@ -291,7 +291,7 @@ def test_equal_weight_clones_are_never_proven():
 def test_the_final_method_crowns_cloned_null_candidates_at_most_at_alpha():
     """Drifting null near-clones, the looks before the last spending a fifth of alpha and the last look the rest:
     the share of runs ever crowned stays within alpha (200 runs: stdev 0.021). Measured: 0.080."""
-    rate = false_crown_rate(clones, runs=200, looks=6, days=252, seed=1, early_share=0.2)
+    rate = false_crown_rate(clones, runs=200, looks=6, days=252, seed=1, early_fraction=0.2)
     assert rate <= 0.1 + 2 * 0.021
 
 
@@ -308,7 +308,7 @@ def test_candidates_whose_edge_is_exactly_the_margin_are_crowned_at_most_at_alph
 
     alike = false_crown_rate(at_the_margin, runs=200, looks=6, days=252, seed=1, margin=margin)
     assert alike <= spent_alpha(6, 0.1, 2) + 2 * 0.019
-    rate = false_crown_rate(at_the_margin, runs=200, looks=6, days=252, seed=1, early_share=0.2, margin=margin)
+    rate = false_crown_rate(at_the_margin, runs=200, looks=6, days=252, seed=1, early_fraction=0.2, margin=margin)
     assert rate <= 0.1 + 2 * 0.021
 
 
@@ -319,7 +319,7 @@ def test_keeping_the_budget_for_the_last_look_lowers_its_critical_value():
     resamples). Measured (5 runs): about 2.2 and 1.8."""
     alike, final = [], []
     for run in range(5):
-        gates = [make_gate(504, seed=run, alpha=0.05, half=10, draws=500, early_share=s) for s in (None, 0.2)]
+        gates = [make_gate(504, seed=run, alpha=0.05, half=10, draws=500, early_fraction=s) for s in (None, 0.2)]
         g, state = torch.Generator().manual_seed(100 + run), {}
         for look in range(1, 21):
             excess = clones(look, g, state, candidates=16, days=504)
@@ -338,7 +338,7 @@ def test_the_last_look_proves_a_weak_late_edge_more_often():
     hits = {None: 0, 0.2: 0}
     g = torch.Generator().manual_seed(7)
     for run in range(40):
-        gates = {share: make_gate(252, seed=run, alpha=0.05, half=5, draws=500, early_share=share) for share in hits}
+        gates = {share: make_gate(252, seed=run, alpha=0.05, half=5, draws=500, early_fraction=share) for share in hits}
         state, proven = {}, dict.fromkeys(hits, False)
         for look in range(1, 11):
             excess = clones(look, g, state, candidates=8, days=252) + 0.0025 * look / 10
@@ -348,7 +348,7 @@ def test_the_last_look_proves_a_weak_late_edge_more_often():
         for share in hits:
             hits[share] += proven[share]
     assert hits[0.2] >= hits[None] + 4
-    strong = make_gate(504, seed=0, alpha=0.05, half=10, early_share=0.2)
+    strong = make_gate(504, seed=0, alpha=0.05, half=10, early_fraction=0.2)
     excess = 0.002 + 0.001 * torch.randn(16, 504, generator=g, dtype=F64)  # a single t near 30
     assert bool((t_statistics(excess) > strong.look(excess, 3).critical).any())
 
@@ -356,7 +356,7 @@ def test_the_last_look_proves_a_weak_late_edge_more_often():
 def test_the_last_critical_is_what_the_last_look_would_set():
     g = torch.Generator().manual_seed(8)
     looks = [torch.randn(8, 252, generator=g, dtype=F64) * 0.01 + 0.0005 for _ in range(4)]
-    early, ending = (make_gate(252, seed=3, alpha=0.05, early_share=0.2) for _ in range(2))
+    early, ending = (make_gate(252, seed=3, alpha=0.05, early_fraction=0.2) for _ in range(2))
     for look in range(1, 4):
         early.look(looks[look - 1], look)
         ending.look(looks[look - 1], look)
@@ -373,7 +373,7 @@ def test_a_margin_leaves_near_copies_of_equal_weight_out_and_spends_next_to_noth
     g = torch.Generator().manual_seed(9)
     copies = [0.00002 + 0.00007 * torch.randn(16, 504, generator=g, dtype=F64) for _ in range(5)]
     margin = 0.01 / TRADING_DAYS
-    plain, gate = (make_gate(504, seed=1, alpha=0.05, half=10, early_share=0.2) for _ in range(2))
+    plain, gate = (make_gate(504, seed=1, alpha=0.05, half=10, early_fraction=0.2) for _ in range(2))
     for look, excess in enumerate(copies, start=1):
         assert bool((t_statistics(excess) > plain.look(excess, look, last=look == 5).critical).any())
         critical = gate.look(excess, look, last=look == 5, margin=margin).critical

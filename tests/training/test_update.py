@@ -1,4 +1,4 @@
-"""The update phase (``training.update``): every agent's DDPG update from the replay buffer, its losses summed on the
+"""The update phase (``training.update``): every agent's learner update from the replay buffer, its losses summed on the
 device, the elites' actors kept as evolution left them, the observation noise drawn into one buffer."""
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_count_objects_counts_tensors_of_every_kind():
     assert after - before == len(kept)
 
 
-def test_the_census_counts_only_within_its_share_of_the_time():
+def test_the_census_counts_only_within_its_fraction_of_the_time():
     assert all(ObjectCensus(1.0).take() is not None for _ in range(3))  # the leak tests' setting: every generation
     census = ObjectCensus(0.5)
     assert census.take() is not None  # nothing spent yet

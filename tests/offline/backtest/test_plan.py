@@ -61,7 +61,11 @@ def test_a_plan_holds_what_a_fold_computes_not_how_it_runs(prices):
     holds such settings does; a setting that changes what a fold computes is named."""
     config = small_config(prices)
     saved = plan_document(config, [])
-    how = {"runtime.device": "cpu", "runtime.cuda_graphs": not config.runtime.cuda_graphs, "runtime.census_share": 1.0}
+    how = {
+        "runtime.device": "cpu",
+        "runtime.cuda_graphs": not config.runtime.cuda_graphs,
+        "runtime.census_fraction": 1.0,
+    }
     assert plan_difference(saved, plan_document(override(config, how), [])) is None
     older = {**saved, "config": {**saved["config"], "runtime": {**saved["config"]["runtime"], "cuda_graphs": False}}}
     assert plan_difference(older, plan_document(config, [])) is None

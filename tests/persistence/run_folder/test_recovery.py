@@ -149,8 +149,8 @@ def bucket_files(uri: str, prefix: str) -> dict[str, bytes]:
 def test_a_new_pod_falls_back_past_a_generation_damaged_in_the_bucket(gcs_bucket, tmp_path, capsys):
     first = tmp_path / "pod-1" / "r"
     command = [*TRAIN, "--checkpoint-uri", gcs_bucket, "--local-dir", str(first.parent), "--run-name", "r"]
-    # Two runs, each flushing its last generation: the uploader may skip a generation a newer one replaced in its
-    # waiting slot, so one 3-generation run leaves generation 2 in the bucket or not, as timing has it.
+    # Two runs, each flushing its last generation: the uploader may skip a generation a newer one replaced while it
+    # waited, so one 3-generation run leaves generation 2 in the bucket or not, as timing has it.
     assert main.main([*command, "--resume-or-start", "--generations", "2"]) == 0
     assert main.main([*command, "--resume-or-start", "--generations", "3"]) == 0
     storage = open_storage(gcs_bucket)

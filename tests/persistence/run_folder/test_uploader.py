@@ -1,4 +1,4 @@
-"""The background uploader: complete generations only, a two-slot queue, retries, retention; GCS runs on a real
+"""The background uploader: complete generations only, a queue of two places, retries, retention; GCS runs on a real
 fake-gcs-server that these tests stop, kill and restart."""
 
 from __future__ import annotations
