@@ -264,3 +264,31 @@ def test_the_power_benchmarks_backtests_test_whole_years_with_the_commands_flags
     assert (parsed.generations, parsed.folds, parsed.seeds, parsed.jobs) == (15, 12, "0,1", 2)
     assert "evolution.popsize=8" in parsed.set and "data.tickers=" in parsed.set
     assert [s for s in parsed.set if s.startswith("learner.actor_lr=")] == ["learner.actor_lr=1e-4"]  # --set wins
+
+
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "noise"])
+def test_the_announced_market_pays_whoever_reads_its_column_at_the_runs_delay(tmp_path, planted):
+    """The user-feature benchmark's market: its ``news`` column is a feature of the run, and the rule that holds the
+    announced asset earns the planted strength (less its costs) at the run's delay, or nothing when it is noise."""
+    from benchmarks.learning import SMALL_MARKET, rule_log_returns, small_config
+    from benchmarks.user_feature import STRENGTH, announced_market
+
+    config = small_config(1, **{"data.features": "builtin,news"})
+    delay, cost = config.env.execution_delay, config.env.cost_rate
+    assert delay == 1  # the default: an announcement at one close is traded at the next
+    frame, rule = announced_market(seed=3, execution_delay=delay, planted=planted, **SMALL_MARKET)
+    path = tmp_path / "announced.csv"
+    frame.to_csv(path, index=False)
+    market = load_market(override(config, {"data.path": str(path)}), torch.device("cpu"))
+    assert market.feature_names[-1] == "news" and market.num_assets == SMALL_MARKET["num_assets"]
+    equal = np.zeros_like(rule)
+    equal[:, 1:] = 1.0 / market.num_assets
+    days = range(delay + 2, market.num_days)
+    excess = rule_log_returns(market, rule, days, cost, execution_delay=delay) - rule_log_returns(
+        market, equal, days, cost, execution_delay=delay
+    )
+    planted_edge = STRENGTH * (1 - 1 / market.num_assets)  # the announced asset over the average of all
+    if planted:
+        assert excess.mean() > 0.5 * planted_edge
+    else:
+        assert excess.mean() < 0.1 * planted_edge  # a random asset a day, paying a full turnover's costs
