@@ -3,6 +3,7 @@
     python benchmarks/backtest_power.py                      # random walks 0-19, leaders x0.5 0-19, null series
     python benchmarks/backtest_power.py --parts power --power-seeds 20-29     # more leaders markets
     python benchmarks/backtest_power.py --parts report       # the table of what is finished
+    python benchmarks/backtest_power.py --parts null --null-scenarios "AR(1) 0.3" --null-block-scale 2
 
 Each synthetic backtest is the real one: an ``environment.synthetic`` market (``--assets`` assets over ``--years``
 calendar years of business days from 2000, the market's seed), written as a CSV, then ``python main.py backtest`` in
@@ -22,7 +23,9 @@ its ``summary.json``. A finished backtest is read back (its folds are not traine
 * **null** (``--null-series``): the test alone (``offline.backtest.inference.mean_test``, block length chosen from
   the data) on simulated series of 12 x 252 days with mean 0: independent normal days, AR(1) days (0.3), Student-t
   days (3 degrees of freedom), and one year of normal days among eleven years of zeros (one crowned fold in twelve,
-  the shape random-walk backtests give when the gate crowns by luck).
+  the shape random-walk backtests give when the gate crowns by luck). ``--null-block-scale`` multiplies the chosen
+  block length (a scale other than 1 is kept apart from the test's own figures: whether a longer block holds the
+  level where the series is autocorrelated).
 
 Printed as a table; ``--json-out`` (default ``OUT/power.json``) holds every backtest's pooled figures.
 """
@@ -53,6 +56,7 @@ from offline.backtest.inference import mean_test, pooled_test
 from offline.holdout import run_range
 from persistence import run_folder
 from training.runs import train_to_end
+from training.selection import block_length
 
 START = "2000-01-03"
 """``environment.synthetic.make_market``'s first day."""
@@ -178,16 +182,18 @@ def null_series(scenario: str, rng: np.random.Generator) -> np.ndarray:
 NULL_SCENARIOS = ("independent normal", "AR(1) 0.3", "Student t(3)", "one year in twelve")
 
 
-def null_size(scenario: str, reps: int, *, alpha: float, draws: int) -> dict[str, Any]:
+def null_size(scenario: str, reps: int, *, alpha: float, draws: int, block_scale: float = 1.0) -> dict[str, Any]:
     rng = np.random.default_rng(NULL_SCENARIOS.index(scenario))  # each scenario its own fixed stream
     rejected, blocks = 0, []
     for rep in range(reps):
         x = null_series(scenario, rng)
-        test = mean_test(x, alpha=alpha, generator=torch.Generator().manual_seed(rep), draws=draws)
+        block = block_length(x) * block_scale
+        test = mean_test(x, alpha=alpha, generator=torch.Generator().manual_seed(rep), draws=draws, mean_block=block)
         rejected += test.p_value <= alpha
         blocks.append(test.block_length)
     return {
         "scenario": scenario,
+        "block_scale": block_scale,
         "reps": reps,
         "draws": draws,
         "rejected": rejected,
@@ -248,10 +254,15 @@ def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:
             )
     for null in nulls:
         lines.append(
-            f"null series, {null['scenario']}: rejects {share(null['rejected'], null['reps'])} "
+            f"null series, {null['scenario']}{block_scale_note(null)}: rejects {share(null['rejected'], null['reps'])} "
             f"(mean block {null['mean_block']:.1f} days)"
         )
     return "\n".join(lines)
+
+
+def block_scale_note(null: dict[str, Any]) -> str:
+    scale = null.get("block_scale", 1.0)
+    return "" if scale == 1.0 else f", block x{scale:g}"
 
 
 def _f(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -275,9 +286,14 @@ def main() -> None:
     parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive champions")
     parser.add_argument("--null-series", type=int, default=2000, help="simulated series per null scenario")
     parser.add_argument("--null-draws", type=int, default=1000, help="bootstrap resamples per simulated series")
+    parser.add_argument("--null-scenarios", default=",".join(NULL_SCENARIOS), help="comma-separated (default all)")
+    parser.add_argument("--null-block-scale", type=float, default=1.0, help="times the chosen block length")
     parser.add_argument("--out", default="runs/backtest-power")
     parser.add_argument("--json-out", help="default: OUT/power.json")
     args = parser.parse_args()
+    unknown = set(args.null_scenarios.split(",")) - set(NULL_SCENARIOS)
+    if unknown:
+        parser.error(f"--null-scenarios: unknown {sorted(unknown)}; choose from {list(NULL_SCENARIOS)}")
     torch.set_num_threads(1)
     parts = set(args.parts.split(","))
     out = Path(args.out)
@@ -285,7 +301,7 @@ def main() -> None:
     json_out = Path(args.json_out or out / "power.json")
     saved = json.loads(json_out.read_text()) if json_out.exists() else {"backtests": [], "null": []}
     rows = {(r["kind"], r["seed"]): r for r in saved["backtests"]}
-    nulls = {n["scenario"]: n for n in saved["null"]}
+    nulls = {(n["scenario"], n.get("block_scale", 1.0)): n for n in saved["null"]}
     plan = [("random_walk", s) for s in seeds_of(args.size_seeds)] if "size" in parts else []
     plan += [("leaders", s) for s in seeds_of(args.power_seeds)] if "power" in parts else []
     for kind, seed in plan:
@@ -299,12 +315,15 @@ def main() -> None:
         )
         _save(json_out, rows, nulls, args)
     if "null" in parts:
-        for scenario in NULL_SCENARIOS:
-            done = nulls.get(scenario, {})
+        for scenario in args.null_scenarios.split(","):
+            key = (scenario, args.null_block_scale)
+            done = nulls.get(key, {})
             if (done.get("reps"), done.get("draws")) == (args.null_series, args.null_draws):
                 continue  # measured already
-            nulls[scenario] = null_size(scenario, args.null_series, alpha=0.05, draws=args.null_draws)
-            print(f"null series, {scenario}: {nulls[scenario]}", flush=True)
+            nulls[key] = null_size(
+                scenario, args.null_series, alpha=0.05, draws=args.null_draws, block_scale=args.null_block_scale
+            )
+            print(f"null series, {scenario}: {nulls[key]}", flush=True)
             _save(json_out, rows, nulls, args)
     ordered = sorted(rows.values(), key=lambda r: (r["kind"] != "random_walk", r["seed"]))
     print(report(ordered, list(nulls.values())))

@@ -292,3 +292,16 @@ def test_the_announced_market_pays_whoever_reads_its_column_at_the_runs_delay(tm
         assert excess.mean() > 0.5 * planted_edge
     else:
         assert excess.mean() < 0.1 * planted_edge  # a random asset a day, paying a full turnover's costs
+
+
+def test_the_power_benchmarks_null_series_take_a_longer_block_when_asked():
+    """``--null-block-scale`` tests the same simulated series with the chosen block length times the scale, and the
+    figures say which scale they were measured at."""
+    from benchmarks import backtest_power
+
+    chosen = backtest_power.null_size("AR(1) 0.3", 3, alpha=0.05, draws=50)
+    doubled = backtest_power.null_size("AR(1) 0.3", 3, alpha=0.05, draws=50, block_scale=2.0)
+    assert chosen["mean_block"] > 1.0
+    assert doubled["mean_block"] == pytest.approx(2.0 * chosen["mean_block"])
+    assert (chosen["block_scale"], doubled["block_scale"]) == (1.0, 2.0)
+    assert "block x2" in backtest_power.report([], [doubled]) and "block x" not in backtest_power.report([], [chosen])
