@@ -89,26 +89,23 @@ def small_config(generations: int, **settings: Any) -> Config:
     return override(preset("default"), {**SMALL, "runtime.generations": generations, **settings})
 
 
+def train_on_file(prices, folder: Path, base: Config, seed: int, log) -> tuple:
+    """Write the long frame ``prices`` as ``folder/prices.csv`` and train ``base`` on it to the end, quietly, with
+    its checkpoints in ``folder``: (trainer, the run's config, seconds of training)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "prices.csv"
+    prices.to_csv(path, index=False)
+    settings = {"data.path": str(path), "runtime.seed": seed, "runtime.progress": False}
+    config = override(base, {**settings, "checkpoint.uri": str(folder), "checkpoint.run_name": "run"})
+    start = time.perf_counter()
+    trainer = train_to_end(config, log=log)
+    return trainer, config, time.perf_counter() - start
+
+
 def run_one(kind: str, seed: int, base, out: Path, log, **market: Any) -> dict:
     """Train on a ``kind`` market (``market`` overrides ``make_market``'s sizes and strengths) and score it."""
     synthetic = make_market(kind, seed=seed, **market)
-    folder = out / f"{kind}-seed-{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    prices = folder / "prices.csv"
-    synthetic.prices.to_csv(prices, index=False)
-    config = override(
-        base,
-        {
-            "data.path": str(prices),
-            "runtime.seed": seed,
-            "runtime.progress": False,
-            "checkpoint.uri": str(folder),
-            "checkpoint.run_name": "run",
-        },
-    )
-    start = time.perf_counter()
-    trainer = train_to_end(config, log=log)
-    seconds = time.perf_counter() - start
+    trainer, config, seconds = train_on_file(synthetic.prices, out / f"{kind}-seed-{seed}", base, seed, log)
     market = trainer.market
     results = score_champion(market, config, trainer.population.champion)
     holdout = results["holdout"]

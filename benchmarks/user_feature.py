@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,10 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import pandas as pd
 
-from benchmarks.learning import SMALL_MARKET, rule_log_returns, small_config
-from config import override
+from benchmarks.learning import SMALL_MARKET, rule_log_returns, small_config, train_on_file
 from offline.holdout import score_champion
-from training.runs import train_to_end
 
 ARMS = {
     "with_column": ("builtin,news", True),
@@ -79,23 +76,7 @@ def run_arm(arm: str, seed: int, generations: int, out: Path, log) -> dict:
     base = small_config(generations, **{"data.features": features})
     delay = base.env.execution_delay
     frame, rule_weights = announced_market(seed=seed, execution_delay=delay, planted=planted, **SMALL_MARKET)
-    folder = out / f"{arm}-seed-{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    prices = folder / "prices.csv"
-    frame.to_csv(prices, index=False)
-    config = override(
-        base,
-        {
-            "data.path": str(prices),
-            "runtime.seed": seed,
-            "runtime.progress": False,
-            "checkpoint.uri": str(folder),
-            "checkpoint.run_name": "run",
-        },
-    )
-    started = time.perf_counter()
-    trainer = train_to_end(config, log=log)
-    seconds = time.perf_counter() - started
+    trainer, config, seconds = train_on_file(frame, out / f"{arm}-seed-{seed}", base, seed, log)
     market = trainer.market
     holdout = score_champion(market, config, trainer.population.champion)["holdout"]
     log_return = {s: float(t.log_returns.sum()) for s, t in holdout.traces.items()}

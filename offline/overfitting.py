@@ -266,6 +266,18 @@ def _stacked(rows: Sequence[Mapping[str, Any]], key: str, ndim: int) -> np.ndarr
     return stacked
 
 
+def deflated_sharpe_from(moments: SeriesMoments, *, trials: int, variance: float) -> float:
+    """``deflated_sharpe`` of a series summarised by ``series_moments`` (its Sharpe ratio, days and shape)."""
+    return deflated_sharpe(
+        moments.sharpe,
+        days=moments.days,
+        trials=trials,
+        variance=variance,
+        skewness=moments.skewness,
+        kurtosis=moments.kurtosis,
+    )
+
+
 def _deflated_sharpe_of_run(
     history: Sequence[Mapping[str, Any]], champion_excess: Any, *, crowned: bool
 ) -> dict[str, Any]:
@@ -278,14 +290,7 @@ def _deflated_sharpe_of_run(
         else:
             days = len(np.asarray(champion_excess).ravel())
             moments, of = SeriesMoments(float(sharpes.max()), 0.0, 3.0, days), "best candidate"
-        value = deflated_sharpe(
-            moments.sharpe,
-            days=moments.days,
-            trials=trials,
-            variance=variance,
-            skewness=moments.skewness,
-            kurtosis=moments.kurtosis,
-        )
+        value = deflated_sharpe_from(moments, trials=trials, variance=variance)
     except ValueError as reason:
         return _no_deflated_sharpe(str(reason))
     reading = read_deflated_sharpe(value, trials=trials, of=of)

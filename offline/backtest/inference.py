@@ -66,7 +66,7 @@ import numpy as np
 import torch
 
 from environment.market import TRADING_DAYS
-from offline.overfitting import deflated_sharpe, expected_max_sharpe, series_moments
+from offline.overfitting import deflated_sharpe_from, expected_max_sharpe, series_moments
 from training.selection import block_length, stationary_bootstrap
 
 MIN_DAYS = 20
@@ -199,14 +199,7 @@ def pooled_deflated_sharpe(series: np.ndarray, results: Sequence[dict[str, Any]]
     variance = math.fsum(d["trials"] * d["trial_sharpe_variance"] * d["days"] / days for d in recorded) / trials
     try:
         moments = series_moments(series)
-        value = deflated_sharpe(
-            moments.sharpe,
-            days=moments.days,
-            trials=trials,
-            variance=variance,
-            skewness=moments.skewness,
-            kurtosis=moments.kurtosis,
-        )
+        value = deflated_sharpe_from(moments, trials=trials, variance=variance)
     except ValueError as reason:
         why = "the excess is 0 on every test day" if not series.any() else str(reason)
         return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({why}; {trials} trials)"}
