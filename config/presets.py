@@ -69,6 +69,9 @@ def _paper() -> Config:
             # TF32 products on CUDA tensor cores: the update phase several times faster; bit-exact resume still
             # holds on the same GPU kind, not across kinds or against the CPU (README, "Precision on a GPU").
             "runtime.matmul_precision": "high",
+            # A checkpoint's background write (~0.33 s on an H100) outlasts a generation (aimed at <= 0.25 s there,
+            # BENCHMARKS.md): written every generation, it would hold up the next; every other one keeps the loop going.
+            "checkpoint.every": 2,
         },
     )
 

@@ -281,9 +281,12 @@ class CheckpointConfig:
     """Local write-ahead copy of runs whose location is gs://."""
     keep_last: int = 3
     """Complete generations kept; older ones are deleted (the champion's generation is always kept)."""
+    every: int = 1
+    """Generations between checkpoints (1: each); a run's last, and its last complete one at a stop, always get one."""
 
     def __post_init__(self) -> None:
         _require(self.keep_last >= 1, "checkpoint.keep_last", "must be >= 1")
+        _require(self.every >= 1, "checkpoint.every", "must be >= 1")
         # A run is written only inside its location: no separators, drive letters, "." or "..".
         _require(
             not self.run_name or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.run_name) is not None,

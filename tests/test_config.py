@@ -31,6 +31,7 @@ def test_presets_have_the_promised_scale():
     assert paper.env.lookback == preset("default").env.lookback == 1  # longer windows memorise (RESULTS.md)
     assert paper.learner.buffer_size == 1_000_000
     assert paper.data.tickers == ()  # every asset of the data set
+    assert paper.checkpoint.every == 2 and smoke.checkpoint.every == preset("default").checkpoint.every == 1
 
 
 @pytest.mark.parametrize("name", ["smoke", "default", "paper"])
@@ -78,6 +79,7 @@ def test_override_converts_strings_to_the_field_types():
         ("selection.method", "last", "one of bootstrap|final|bonferroni"),
         ("selection.early_fraction", "1.5", "selection.early_fraction"),
         ("selection.min_edge", "-0.01", "selection.min_edge"),
+        ("checkpoint.every", "0", "checkpoint.every must be >= 1"),
     ],
 )
 def test_bad_overrides_name_the_key(key, value, phrase):
@@ -163,6 +165,12 @@ def test_a_config_written_before_fills_could_wait_loads_as_it_ran():
     assert loaded.env.execution_delay == 0 and loaded.data.universe == "common"
     assert Config().env.execution_delay == 1 and Config().data.universe == "point_in_time"  # new runs
     assert Config.from_dict(Config().to_dict()) == Config()  # a present key is read as written
+
+
+def test_a_config_written_before_checkpoints_could_skip_generations_loads_as_it_ran():
+    written = Config().to_dict()
+    del written["checkpoint"]["every"]
+    assert Config.from_dict(written).checkpoint.every == 1  # a checkpoint every generation, as then
 
 
 def test_the_trading_settings_are_checked_in_one_line():

@@ -56,6 +56,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *phrases: str) ->
             for name in ["../escaped", "..", ".", "a/b", "a\\b", "c:x", "{outside}", ".hidden", "a b"]
         ],
         (["--set", "checkpoint.run_name=../escaped"], ["checkpoint.run_name"]),
+        (["--set", "checkpoint.every=0"], ["checkpoint.every", ">= 1"]),
         (["--resume", "--run-name", "../escaped"], ["checkpoint.run_name"]),
         (["--set", "learner.buffer_size=100000000000000"], ["needs at least", "replay buffer", "learner.buffer_size"]),
         (["--population", "100000000000"], ["needs at least", "evolution.popsize"]),

@@ -8,8 +8,10 @@ state document (the run's scalars, the config, where the data came from, the dev
 
 Saving copies the live tensors into staging buffers allocated once (``persistence.staging``), so the loop can go on
 while the writer thread (``persistence.writer``) commits the files; the metrics row reaches ``metrics.jsonl`` only
-once its generation is committed. With the population sharded over processes, every rank's slots are gathered into
-the leader's checkpoint, and on restore the leader reads it and every rank receives it.
+once its generation is committed. A generation the loop does not checkpoint (``checkpoint.every``) stages nothing:
+its row is held until the next checkpoint commits it with its own. With the population sharded over processes,
+every rank's slots are gathered into the leader's checkpoint, and on restore the leader reads it and every rank
+receives it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class TrainerState(NamedTuple):
 
 
 class Checkpointing:
-    """The checkpoints of one run: ``save`` after each generation, ``restore`` before the first, ``close`` at the end.
+    """The checkpoints of one run: ``save`` after a generation (``hold`` after one not checkpointed), ``restore``
+    before the first, ``close`` at the end.
 
     Args:
         run_dir: the local run folder.
@@ -100,6 +103,8 @@ class Checkpointing:
         self._writer = CheckpointWriter()
         self._gathered: dict[str, torch.Tensor] | None = None  # the leader's whole-population staging
         self.restored_device: dict[str, Any] | None = None  # what the restored checkpoint recorded, if anything
+        # Rows of the generations since the last checkpoint (``hold``), at most ``checkpoint.every``: one list.
+        self._held: list[dict[str, Any]] = []
 
     def wait(self) -> float:
         """Block until the checkpoint being written, if any, is committed and its row is in ``metrics.jsonl``;
@@ -131,32 +136,48 @@ class Checkpointing:
             device=describe_device(market.device),
         )
 
-    def save(self, state: TrainerState, latest_row: dict[str, Any], *, waited: float = 0.0) -> None:
+    @property
+    def holding(self) -> bool:
+        """Whether the last generation is not checkpointed: its row is held (``hold``)."""
+        return bool(self._held)
+
+    def hold(self, latest_row: dict[str, Any]) -> None:
+        """Keep this generation's metrics row, of a generation not checkpointed (``checkpoint.every``), for the next
+        ``save`` to commit. It gains ``checkpoint_s`` 0: the loop blocked for nothing."""
+        latest_row["checkpoint_s"] = 0.0
+        self._held.append(dict(latest_row))
+
+    def save(self, state: TrainerState, latest_row: dict[str, Any] | None = None, *, waited: float = 0.0) -> None:
         """Stage ``state`` (``Trainer.state``) and start writing it on the writer thread; returns once the live
         tensors are free to change again.
 
         ``latest_row`` is this generation's metrics row. It gains ``checkpoint_s``, what the loop blocked for (the
         wait for the write before, ``waited`` seconds of it spent earlier by the caller, and the staging copy), which
-        is added to its ``generation_s``. It reaches ``metrics.jsonl`` once the generation is committed, with the
-        write's own duration (``checkpoint_write_s``); the checkpoint's history holds it without that field.
+        is added to its ``generation_s``. It reaches ``metrics.jsonl`` once the generation is committed, after the
+        rows held since the last checkpoint, with the write's own duration (``checkpoint_write_s``; 0 in the held
+        rows, whose generations wrote nothing); the checkpoint's history holds them without that field. None: the
+        generation's row is the last one held (a stop checkpoints the last complete generation).
         """
         start = time.perf_counter()
         self.wait()  # the staging buffers belong to the write in flight until it is done
         tensors, optimiser_steps = self._staged(state)
         document = self.state_document(state, optimiser_steps)
-        latest_row["checkpoint_s"] = waited + time.perf_counter() - start
-        latest_row["generation_s"] = latest_row.get("generation_s", 0.0) + latest_row["checkpoint_s"]
+        if latest_row is not None:
+            latest_row["checkpoint_s"] = waited + time.perf_counter() - start
+            latest_row["generation_s"] = latest_row.get("generation_s", 0.0) + latest_row["checkpoint_s"]
+            self._held.append(dict(latest_row))
+        rows, self._held = self._held, []  # the rows this checkpoint commits, in generation order
         if tensors is None:  # not the leader: its slots are in the leader's checkpoint
             return
         # Everything the writer reads is fixed here: the loop goes on changing the live state while it writes.
-        generation, protect, row = state.generation, {state.champion.generation}, dict(latest_row)
+        generation, protect = state.generation, {state.champion.generation}
         run_dir, metrics_path = self.run_dir, self.metrics_path
         keep_last = self.config.checkpoint.keep_last
         on_checkpoint = self.on_checkpoint
 
         def write() -> None:
             started = time.perf_counter()
-            history = [*jsonl.read_rows(metrics_path), jsonl.finite_or_null(row)]
+            history = [*jsonl.read_rows(metrics_path), *(jsonl.finite_or_null(row) for row in rows)]
             # Given the retention, unchanged files are linked only to a generation it deletes right after.
             checkpoint.write_generation(
                 run_dir,
@@ -167,8 +188,9 @@ class Checkpointing:
                 protect=protect,
             )
             checkpoint.prune_generations(run_dir, keep_last=keep_last, protect=protect)
-            # The row reaches metrics.jsonl only once its generation is committed.
-            jsonl.append_row(metrics_path, {**row, "checkpoint_write_s": time.perf_counter() - started})
+            # The rows reach metrics.jsonl only once their generations are committed.
+            held = [{**row, "checkpoint_write_s": 0.0} for row in rows[:-1]]
+            jsonl.append_rows(metrics_path, [*held, {**rows[-1], "checkpoint_write_s": time.perf_counter() - started}])
             if on_checkpoint is not None:
                 on_checkpoint(generation, protect)
 

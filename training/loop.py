@@ -13,7 +13,8 @@ One generation, as ``Trainer.run_generation`` reads:
    them since), applied in place (``training.evolution``).
 4. Update: every agent, offspring included, takes learner steps on batches from the shared buffer (``training.update``,
    ``models.learner``).
-5. Record: one metrics row and console line (``training.records``), one checkpoint (``training.checkpointing``).
+5. Record: one metrics row and console line (``training.records``), one checkpoint every ``checkpoint.every``
+   generations (``training.checkpointing``).
 
 Step 4 changes the parameters after they were measured; the next generation's step 1 measures them again before
 anything selects on them. Everything the loop uses is built once, before the first generation
@@ -72,7 +73,9 @@ class Trainer:
         run_dir: local run folder (created by the caller; checkpoints and metrics go here).
         log: where the per-generation line goes.
         should_stop: polled at safe points; once it returns True the unfinished generation is abandoned (its
-            checkpoint is never written) and ``run`` raises ``RunStopped``.
+            checkpoint is never written) and ``run`` raises ``RunStopped``, the last complete generation
+            checkpointed. If that one was not (``checkpoint.every``) and the next has begun, its state is gone: the
+            next one is finished instead, and checkpointed.
         on_checkpoint: called with (generation, generations to protect) after each committed checkpoint, e.g. to
             hand it to the uploader; it must not block, and runs on the checkpoint writer's thread.
         sharding: the slots this process holds when the population is sharded over processes (``torchrun``); by
@@ -107,6 +110,7 @@ class Trainer:
             self.compilation,
         ) = build_parts(config, market, sharding)
         self.generation = 0
+        self._until = config.runtime.generations  # the last generation ``run`` makes: always checkpointed
         self.champion: ChampionRecord = EQUAL_WEIGHT
         self.checkpoints = Checkpointing(
             self.run_dir,
@@ -121,15 +125,20 @@ class Trainer:
         self.telemetry = Telemetry(self.device, census_fraction=config.runtime.census_fraction)
 
     def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Run generations until ``self.generation == until``, checkpointing each one.
+        """Run generations until ``self.generation == until``, checkpointing every ``checkpoint.every``-th one and
+        the last; a stop (``RunStopped``) checkpoints the last complete generation first if it was not.
 
-        ``on_generation`` gets each generation's row once its checkpoint is staged, while the write may still be
-        in flight. Returns, or raises (``RunStopped`` included), only once the last checkpoint it started is
-        committed.
+        ``on_generation`` gets each generation's row once its checkpoint is staged (or its row held, for a generation
+        not checkpointed), while the write may still be in flight. Returns, or raises (``RunStopped`` included), only
+        once the last checkpoint it started is committed.
         """
+        self._until = until
         try:
             while self.generation < until:
-                self._check_stop()
+                if self.sharding.ranks.any(self.should_stop()):
+                    if self.checkpoints.holding:  # the last complete generation, not checkpointed yet
+                        self.checkpoints.save(self.state())
+                    raise RunStopped(self.generation)
                 row = self.run_generation()
                 if on_generation is not None:
                     on_generation(row)
@@ -254,7 +263,7 @@ class Trainer:
         for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.
-            if not self.sharding.distributed and self.should_stop():
+            if not self.sharding.distributed and not self.checkpoints.holding and self.should_stop():
                 raise RunStopped(self.generation)
             self.update_phase(index)
         sums = to_host(self.sharding.gather(self.update_phase.loss_sums).T)  # (losses, P)
@@ -269,11 +278,14 @@ class Trainer:
     def _record(
         self, scores: Scores, champion_slot: int, plan: EvolutionPlan, updates: int, losses: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
-        """Phase 5: the metrics row, the checkpoint (staged here, written by the writer thread, which appends the
-        row to metrics.jsonl once the generation is committed), the console line."""
+        """Phase 5: the metrics row, the checkpoint every ``checkpoint.every`` generations and at the last (staged
+        here, written by the writer thread, which appends the rows held since the last one to metrics.jsonl once the
+        generation is committed), the console line."""
         cfg = self.config
-        # The previous generation's write: done before the telemetry, so the figures never count its buffers.
-        waited = self.checkpoints.wait()
+        checkpointed = self.generation % cfg.checkpoint.every == 0 or self.generation >= self._until
+        # The write before: done before the telemetry, so the figures never count its buffers; a generation not
+        # checkpointed waits for nothing (its figures may count a write in flight).
+        waited = self.checkpoints.wait() if checkpointed else 0.0
         started = time.perf_counter()
         telemetry, warning = self.telemetry.measure(
             warm=len(self.buffer) == self.buffer.capacity,
@@ -303,7 +315,10 @@ class Trainer:
             graph_captures=self._captures() - self._captured,
         )
         self._captured = self._captures()
-        self.checkpoints.save(self.state(), row, waited=waited)
+        if checkpointed:
+            self.checkpoints.save(self.state(), row, waited=waited)
+        else:
+            self.checkpoints.hold(row)
         self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
         return row
 
@@ -313,7 +328,9 @@ class Trainer:
         return sum(step.captures for step in steps)
 
     def _check_stop(self) -> None:
-        if self.sharding.ranks.any(self.should_stop()):
+        """Inside a generation: abandon it if a stop was asked, unless the one before is not checkpointed (then this
+        one is finished, and ``run`` checkpoints it before it stops)."""
+        if not self.checkpoints.holding and self.sharding.ranks.any(self.should_stop()):
             raise RunStopped(self.generation)
 
     # ------------------------------------------------------------------ its state, as one value

@@ -32,6 +32,7 @@ RESUMABLE_CHANGES = frozenset(
         "runtime.cuda_graphs",
         "runtime.torch_compile",
         "runtime.census_fraction",
+        "checkpoint.every",
     }
 )
 """Settings a resumed run may change; anything else would alter shapes, data or the random streams."""

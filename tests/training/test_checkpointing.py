@@ -14,7 +14,7 @@ import torch
 
 from config import override, preset
 from persistence import checkpoint
-from tests.run_checks import deterministic, rows
+from tests.run_checks import deterministic, rows, state_digest
 from training.loop import RunStopped, Trainer
 from training.runs import resume_run, start_run
 
@@ -178,3 +178,125 @@ def test_a_checkpoint_that_calls_the_champions_bound_its_edge_still_resumes(tmp_
     resumed = resume_run(config, {"runtime.generations": 3}, log=lambda line: None).trainer
     assert resumed.champion == trained.champion
     resumed.run(until=3)
+
+
+# ------------------------------------------------------------------------------------ a checkpoint every k generations
+
+
+def recording_writes(monkeypatch) -> list[int]:
+    """The generations whose checkpoint is written, in order, from now on."""
+    written: list[int] = []
+    write_generation = checkpoint.write_generation
+
+    def write(run_dir, generation, **kwargs):
+        written.append(generation)
+        return write_generation(run_dir, generation, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_generation", write)
+    return written
+
+
+def history(trainer: Trainer, generation: int) -> list[int]:
+    files = checkpoint.open_generation(trainer.run_dir, generation)
+    return [row["generation"] for row in checkpoint.read_document(files, "history")]
+
+
+def test_every_kth_generation_and_the_last_are_checkpointed_and_every_row_reaches_the_metrics(tmp_path, monkeypatch):
+    written = recording_writes(monkeypatch)
+    run = smoke_run(tmp_path, "r", **{"checkpoint.every": 3, "checkpoint.keep_last": 2, "runtime.generations": 7})
+    lines: list[dict] = []
+    run.trainer.run(until=7, on_generation=lines.append)
+    trainer = run.trainer
+    assert written == [3, 6, 7]
+    # keep_last prunes as before: the two newest, and the champion's generation if it has a folder.
+    assert checkpoint.complete_generations(trainer.run_dir) == sorted({6, 7} | ({trainer.champion.generation} & {3}))
+    assert (history(trainer, 6), history(trainer, 7)) == (list(range(1, 7)), list(range(1, 8)))
+    assert (
+        [row["generation"] for row in lines] == [row["generation"] for row in rows(trainer.run_dir)] == [*range(1, 8)]
+    )
+    # A generation that writes nothing blocks for nothing; its row carries no write.
+    timings = {row["generation"]: (row["checkpoint_s"], row["checkpoint_write_s"]) for row in rows(trainer.run_dir)}
+    assert all(timings[g] == (0.0, 0.0) for g in (1, 2, 4, 5))
+    assert all(timings[g][0] > 0 and timings[g][1] > 0 for g in (3, 6, 7))
+    run.finish(progress=False)
+
+
+@pytest.mark.parametrize(
+    ("stop_at", "stopped_after", "written"),
+    [
+        ("start@5", 4, [3, 4]),  # between generations: generation 4, not checkpointed, is checkpointed first
+        ("rollout@4", 3, [3]),  # inside generation 4: abandoned, generation 3 is checkpointed already
+        ("rollout@5", 5, [3, 5]),  # inside generation 5: generation 4's state is gone, so 5 is finished instead
+    ],
+)
+def test_a_stop_checkpoints_the_last_complete_generation_first(tmp_path, monkeypatch, stop_at, stopped_after, written):
+    writes = recording_writes(monkeypatch)
+    run = smoke_run(tmp_path, "r", **{"checkpoint.every": 3, "runtime.generations": 7})
+    trainer = run.trainer
+    moment, generation = stop_at.split("@")
+    stop = threading.Event()
+    trainer.should_stop = stop.is_set
+
+    def stop_with_the_row_before(row):
+        if row["generation"] == int(generation) - 1:
+            stop.set()
+
+    roll_out = trainer._roll_out
+
+    def roll_out_then_stop():
+        fitness = roll_out()
+        if trainer.generation + 1 == int(generation):  # the one being computed
+            stop.set()
+        return fitness
+
+    if moment == "rollout":
+        monkeypatch.setattr(trainer, "_roll_out", roll_out_then_stop)
+    with pytest.raises(RunStopped) as stopped:
+        trainer.run(until=7, on_generation=stop_with_the_row_before if moment == "start" else None)
+    assert stopped.value.generation == stopped_after
+    assert writes == written
+    assert checkpoint.latest_generation(trainer.run_dir) == stopped_after
+    assert [row["generation"] for row in rows(trainer.run_dir)] == list(range(1, stopped_after + 1))
+    run.finish(progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interruption", ["stopped", "crashed"])
+def test_a_run_checkpointed_every_k_generations_resumes_bit_for_bit(tmp_path, monkeypatch, interruption):
+    settings = {"checkpoint.every": 3, "runtime.generations": 7, "runtime.seed": 3}
+    reference = smoke_run(tmp_path, "reference", **settings)
+    reference.trainer.run(until=7)
+    reference.finish(progress=False)
+
+    interrupted = smoke_run(tmp_path, "interrupted", **settings)
+    trainer = interrupted.trainer
+    if interruption == "stopped":
+        trainer.run(until=4)  # the last generation of a run's invocation is always checkpointed
+        resumed_from = 4
+    else:  # killed in generation 5: generation 4's row, held for the checkpoint that never came, is lost with it
+        update = trainer._update
+
+        def crash_in_generation_5(plan):
+            if trainer.generation == 4:
+                raise KeyboardInterrupt("killed")
+            return update(plan)
+
+        monkeypatch.setattr(trainer, "_update", crash_in_generation_5)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run(until=7)
+        resumed_from = 3
+    interrupted.finish(progress=False)
+    assert checkpoint.latest_generation(trainer.run_dir) == resumed_from
+    assert [row["generation"] for row in rows(trainer.run_dir)] == list(range(1, resumed_from + 1))
+
+    # Another checkpoint.every changes no result: a resume may take one.
+    config = override(trainer.config, {"checkpoint.every": 2})
+    resumed = resume_run(config, {"checkpoint.every": 2}, log=lambda line: None)
+    assert (resumed.trainer.generation, resumed.trainer.config.checkpoint.every) == (resumed_from, 2)
+    resumed.trainer.run(until=7)
+    resumed.finish(progress=False)
+    assert checkpoint.latest_generation(trainer.run_dir) == 7
+    assert [deterministic(r) for r in rows(trainer.run_dir)] == [
+        deterministic(r) for r in rows(reference.trainer.run_dir)
+    ]
+    assert state_digest(trainer.run_dir) == state_digest(reference.trainer.run_dir)
