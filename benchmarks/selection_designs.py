@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from training import selection
 from training.selection import stationary_bootstrap
 
 TRADING_DAYS = 252
@@ -81,9 +82,7 @@ def resample_counts(days: int, *, draws: int, mean_block: float, seed: int) -> t
     """(B, D) how often each day appears in each stationary-bootstrap resample (the gate's resamples as counts)."""
     generator = torch.Generator().manual_seed(seed)
     indices = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=generator)
-    counts = torch.zeros(draws, days, dtype=torch.int32)
-    counts.scatter_add_(1, indices, torch.ones_like(indices, dtype=torch.int32))
-    return counts
+    return selection.resample_counts(indices).to(torch.int32)
 
 
 @dataclass

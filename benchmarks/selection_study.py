@@ -55,6 +55,7 @@ from config import Config, override, parse_assignments, preset
 from environment.features import FEATURE_CLIP, WARMUP_DAYS, raw_features
 from environment.market import Market, Splits
 from environment.synthetic import make_market
+from training import selection
 from training.fitness import training_starts
 from training.loop import Trainer
 from training.records import Scores
@@ -363,8 +364,7 @@ def ranges_of(record: dict[str, Any], replicates: int) -> list[tuple[str, np.nda
 def gate_counts(days: int, *, draws: int, mean_block: float, seed: int) -> torch.Tensor:
     """(B, D) the trainer's own resamples of a run of ``seed`` (``training.streams.gate_generator``) as counts."""
     indices = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=gate_generator(seed))
-    counts = torch.zeros(draws, days, dtype=torch.int32)
-    return counts.scatter_add_(1, indices, torch.ones_like(indices, dtype=torch.int32))
+    return selection.resample_counts(indices).to(torch.int32)
 
 
 def evaluate_records(paths: list[Path], designs: tuple[Design, ...], replicates: int, draws: int) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """Where results cross from the training device to the host.
 
 Every step of a generation runs on the training device: the rollouts, validation, evolution's copies and the learner's
-updates. The decisions (the selection gate, crowning, the evolution plan) and the record are taken on the host, in
-float64, from CPU tensors. Device results reach the host through ``to_host`` only, at two points of a generation:
-the evidence the decisions need (fitness and validation returns, ``Trainer._validate``) and the update's
-losses (``Trainer._update``); once at start, the validation days' price relatives for the gate's block length.
+updates. The selection gate's bootstrap runs there too, on the validation returns where validation left them. The
+decisions (the gate's critical values against each candidate, crowning, the evolution plan) and the record are taken on
+the host, in float64, from CPU tensors. Device results reach the host through ``to_host`` only, at two points of a
+generation: the evidence the decisions need (the gate's critical values, then fitness and validation returns,
+``Trainer._validate``) and the update's losses (``Trainer._update``); once at start, the validation days' price
+relatives for the gate's block length.
 The checkpoint's copies go through their own pinned staging buffers (``persistence.staging``).
 
 Host code never reads a device tensor as Python values (``.item()``, ``float()``, ``.tolist()``, ``.numpy()``): on a

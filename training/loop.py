@@ -176,15 +176,16 @@ class Trainer:
         with the fitness (the generation's one synchronisation), and the gate's critical t on them (the run's planned
         last generation is its last look)."""
         daily = self._gather_validation(self.validation.run())  # (P + 2, D)
-        # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
-        returns = ValidationReturns(to_host(daily, torch.float64))
         selection = self.config.selection
         if self.gate is None:
             z = selection_z(self.config.evolution.popsize, generation, selection.alpha)
             look = Look(z, z)
-        else:
+        else:  # on the device, before anything comes over: only its critical values do
             last = generation >= self.config.runtime.generations
-            look = self.gate.look(returns.excess, generation, last=last, margin=selection.min_edge / TRADING_DAYS)
+            excess = ValidationReturns(daily.to(torch.float64)).excess  # (P, D)
+            look = self.gate.look(excess, generation, last=last, margin=selection.min_edge / TRADING_DAYS)
+        # Every decision below is taken on the host, in float64, from the same gathered numbers on every rank.
+        returns = ValidationReturns(to_host(daily, torch.float64))
         candidates, baseline = returns.candidates, returns.equal_weight
         scores = Scores(
             fitness=to_host(fitness_per_agent),

@@ -131,4 +131,5 @@ def make_gate(config: Config, market: Market) -> SequentialGate | None:
         half_spent_at=selection.half_spent_at,
         generator=gate_generator(config.runtime.seed),
         early_fraction=selection.early_fraction if selection.method == "final" else None,
+        device=market.device,
     )

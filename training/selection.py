@@ -79,9 +79,7 @@ import torch
 
 from config import ChooseBy
 from environment.market import TRADING_DAYS
-
-_CHUNK_ELEMENTS = 1 << 22
-"""Resampled values held at once while the gate computes its bootstrap statistics (32 MB of float64)."""
+from runtime.boundary import to_host
 
 
 class ValidationReturns(NamedTuple):
@@ -228,8 +226,20 @@ class Look(NamedTuple):
     that spends alike)."""
 
 
+def resample_counts(resamples: torch.Tensor) -> torch.Tensor:
+    """(B, D) day indices of B resamples -> (B, D) float64: how often each day appears in each resample. A resample's
+    mean of a series x is then ``counts @ x / D`` and its mean square ``counts @ x**2 / D``: two matrix products per
+    look, whatever the number of candidates, instead of gathering B x D values for each."""
+    counts = torch.zeros(resamples.shape, dtype=torch.float64, device=resamples.device)
+    return counts.scatter_add_(1, resamples, torch.ones_like(counts))
+
+
 class SequentialGate:
     """The bootstrap gate of the module docstring: one set of resamples for the run, and which have crossed.
+
+    The resamples are held as day counts (``resample_counts``) on the run's device, so a look is two small matrix
+    products and a sort there: microseconds on a GPU, a few milliseconds on one CPU core, and nothing of the
+    validation returns has to reach the host before it. Its critical values are the only numbers that come back.
 
     Args:
         days: validation days D.
@@ -237,9 +247,11 @@ class SequentialGate:
         draws: bootstrap resamples B (the resolution of the spent budget is 1 / B).
         mean_block: the stationary bootstrap's mean block length, in days.
         half_spent_at: the generation by which half of the looks' budget may be spent.
-        generator: draws the resamples once; a run's gate must see the same ones at every look and on resume.
+        generator: draws the resamples once (on the host); a run's gate must see the same ones at every look and on
+            resume.
         early_fraction: the share of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
             every look spends alike, ``alpha * g / (g + half_spent_at)`` (``method="bootstrap"``).
+        device: where the counts, the crossed resamples and each look's arithmetic live (the run's device).
     """
 
     def __init__(
@@ -252,12 +264,18 @@ class SequentialGate:
         half_spent_at: int,
         generator: torch.Generator,
         early_fraction: float | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.alpha, self.half_spent_at, self.early_fraction = alpha, half_spent_at, early_fraction
         self.mean_block = mean_block
-        self.resamples = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=generator)  # (B, D)
-        self.crossed = torch.zeros(draws, dtype=torch.bool)  # (B,)
+        resamples = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=generator)  # (B, D)
+        self.counts = resample_counts(resamples).to(device)  # (B, D) float64
+        self.crossed = torch.zeros(draws, dtype=torch.bool, device=device)  # (B,)
         self._recentre_below = -math.sqrt(max(2.0 * math.log(max(math.log(days), 1e-12)), 0.0))
+
+    @property
+    def draws(self) -> int:
+        return self.counts.shape[0]
 
     def spent(self, generation: int, *, last: bool) -> float:
         """The budget the looks up to ``generation`` (1-based) may have spent; ``last``: it is the run's last look."""
@@ -265,11 +283,13 @@ class SequentialGate:
             return spent_alpha(generation, self.alpha, self.half_spent_at)
         return self.alpha if last else self.early_fraction * spent_alpha(generation, self.alpha, self.half_spent_at)
 
+    @torch.no_grad()
     def look(self, excess: torch.Tensor, generation: int, *, last: bool = False, margin: float = 0.0) -> Look:
         """The critical t of ``generation``'s candidates, and the crossed resamples updated with it.
 
         Args:
-            excess: (S, D) daily excess log returns over equal weight of the generation's candidates (host).
+            excess: (S, D) daily excess log returns over equal weight of the generation's candidates, on any device
+                (they are taken to the gate's, in float64).
             generation: 1-based; each generation looks once.
             last: this is the run's last look (its planned end): with ``early_fraction`` it may spend all of ``alpha``.
             margin: the daily edge the null hypothesis allows (``selection.min_edge / 252``): a candidate's t is
@@ -279,40 +299,49 @@ class SequentialGate:
             This look's critical value and the one the run's last look would set (``Look``): a candidate whose t
             over the margin (``t_statistics(excess - margin)``) is above the critical value has a proven edge.
         """
-        excess = excess.to(torch.float64)
+        excess = excess.to(self.counts.device, torch.float64)
         days = excess.shape[1]
+        mean = excess.mean(dim=-1)  # (S,)
+        centred = excess - mean[:, None]  # (S, D): the resampled moments from centred values lose no digits
         spread = excess.std(dim=-1, correction=1)  # (S,)
-        valid = spread > 0
-        if not bool(valid.any()):
-            return Look(math.inf, math.inf)
-        excess, spread = excess[valid], spread[valid]
+        valid = spread > 0  # a candidate identical to equal weight has no t: out of the maximum
         t = t_statistics(excess - margin)
         # SPA's recentring: a candidate far below the margin stays at its own mean, out of the maximum's way.
-        centre = torch.where(t < self._recentre_below, torch.full_like(t, margin), excess.mean(dim=-1))
-        maxima = torch.empty(len(self.resamples), dtype=torch.float64)  # (B,)
-        chunk = max(1, _CHUNK_ELEMENTS // (len(excess) * days))
-        for first in range(0, len(self.resamples), chunk):
-            drawn = excess[:, self.resamples[first : first + chunk]]  # (S, b, D)
-            drawn_spread = drawn.std(dim=-1, correction=1)
-            drawn_spread = torch.where(drawn_spread > 0, drawn_spread, spread[:, None])
-            statistic = math.sqrt(days) * (drawn.mean(dim=-1) - centre[:, None]) / drawn_spread  # (S, b)
-            maxima[first : first + chunk] = statistic.max(dim=0).values
-        open_maxima = maxima[~self.crossed].sort(descending=True).values
-        critical = self._critical(open_maxima, self.spent(generation, last=last))
-        last_critical = critical if last or self.early_fraction is None else self._critical(open_maxima, self.alpha)
+        shift = torch.where(t < self._recentre_below, mean - margin, torch.zeros_like(mean))  # mean - centre
+        drawn_mean = self.counts @ centred.T / days  # (B, S) each resample's mean, less the candidate's
+        drawn_square = self.counts @ centred.square().T / days
+        drawn_var = (drawn_square - drawn_mean.square()) * (days / (days - 1))
+        # A resample of days whose values are all alike has no spread (up to rounding): the candidate's own stands in.
+        alike = drawn_var <= 1e-12 * spread.square()
+        drawn_spread = torch.where(alike, spread, drawn_var.clamp_min(0.0).sqrt())
+        statistic = math.sqrt(days) * (drawn_mean + shift) / drawn_spread  # (B, S)
+        maxima = torch.where(valid, statistic, -math.inf).amax(dim=1)  # (B,)
+        # The open resamples' maxima, highest first (crossed ones sort last as -inf and are never read).
+        open_maxima = torch.where(self.crossed, -math.inf, maxima).sort(descending=True).values
+        crossed = self.crossed.sum()
+        critical = self._critical(open_maxima, crossed, self.spent(generation, last=last))
+        spends_alike = last or self.early_fraction is None
+        last_critical = critical if spends_alike else self._critical(open_maxima, crossed, self.alpha)
+        critical = torch.where(valid.any(), critical, math.inf)
+        last_critical = torch.where(valid.any(), last_critical, math.inf)
         self.crossed |= maxima > critical
-        return Look(critical, last_critical)
+        both = to_host(torch.stack([critical, last_critical]))  # the look's one read on the host
+        return Look(float(both[0]), float(both[1]))
 
-    def _critical(self, open_maxima: torch.Tensor, spent: float) -> float:
+    def _critical(self, open_maxima: torch.Tensor, crossed: torch.Tensor, spent: float) -> torch.Tensor:
         """The smallest critical value that lets at most ``spent * B`` resamples have crossed, given the open ones'
-        maxima (descending); at least 0, since a positive mean over the margin is needed in any case."""
-        room = math.floor(spent * len(self.resamples)) - int(self.crossed.sum())  # resamples this look may still cross
-        if not len(open_maxima):
-            return math.inf
-        return max(float(open_maxima[min(max(room, 0), len(open_maxima) - 1)]), 0.0)
+        maxima (descending) and the count already ``crossed``; at least 0, since a positive mean over the margin is
+        needed in any case; inf when every resample has crossed. A 0-dim tensor on the gate's device."""
+        draws = self.draws
+        room = math.floor(spent * draws) - crossed  # resamples this look may still cross
+        left = draws - crossed
+        index = torch.minimum(room.clamp_min(0), (left - 1).clamp_min(0))
+        critical = open_maxima.index_select(0, index.view(1)).squeeze(0).clamp_min(0.0)  # no read of index
+        return torch.where(left > 0, critical, math.inf)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {"crossed": self.crossed.to(torch.uint8)}
+        """The crossed resamples, a host copy (the checkpoint's writer thread reads it)."""
+        return {"crossed": to_host(self.crossed, torch.uint8)}
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         crossed = tensors["crossed"]

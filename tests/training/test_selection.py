@@ -281,6 +281,45 @@ def test_a_gate_restored_from_its_state_looks_exactly_as_one_never_stopped():
         resumed.load_state_tensors({"crossed": torch.zeros(5, dtype=torch.uint8)})
 
 
+def gathered_look(excess, resamples, crossed, spent, *, below, margin=0.0):
+    """A look as written before the counts (the gate's critical value from every resampled day gathered), for the
+    test below: (critical, the resamples' maxima)."""
+    days = excess.shape[1]
+    spread = excess.std(dim=-1, correction=1)
+    t = t_statistics(excess - margin)
+    centre = torch.where(t < below, torch.full_like(t, margin), excess.mean(dim=-1))
+    drawn = excess[:, resamples]  # (S, B, D)
+    drawn_spread = drawn.std(dim=-1, correction=1)
+    drawn_spread = torch.where(drawn_spread > 0, drawn_spread, spread[:, None])
+    maxima = (math.sqrt(days) * (drawn.mean(dim=-1) - centre[:, None]) / drawn_spread).max(dim=0).values
+    open_maxima = maxima[~crossed].sort(descending=True).values
+    room = math.floor(spent * len(resamples)) - int(crossed.sum())
+    return max(float(open_maxima[min(max(room, 0), len(open_maxima) - 1)]), 0.0), maxima
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.02 / TRADING_DAYS])
+def test_the_gate_from_day_counts_gives_the_gathered_resamples_statistics(margin):
+    """The gate holds its resamples as day counts (two matrix products a look); its critical values equal those of
+    every resampled day gathered within 1e-12 relative, and the same resamples cross, look after look."""
+    days, draws = 252, 600
+    gate = make_gate(days, seed=4, draws=draws, mean_block=3.0)
+    resamples = stationary_bootstrap(days, draws=draws, mean_block=3.0, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(gate.counts, torch.stack([torch.bincount(r, minlength=days) for r in resamples]).double())
+    crossed = torch.zeros(draws, dtype=torch.bool)
+    g = torch.Generator().manual_seed(5)
+    for look in range(1, 9):
+        excess = 0.01 * torch.randn(12, days, generator=g, dtype=F64) + 0.0008 * look / 8  # learning as it goes
+        excess[0] = -0.002 + 0.001 * torch.randn(days, generator=g, dtype=F64)  # far below: recentred
+        expected, maxima = gathered_look(
+            excess, resamples, crossed, gate.spent(look, last=False), below=gate._recentre_below, margin=margin
+        )
+        got = gate.look(excess, look, margin=margin).critical
+        assert got == pytest.approx(expected, rel=1e-12, abs=0.0)
+        crossed |= maxima > expected
+        assert torch.equal(gate.crossed, crossed)
+    assert 0 < int(crossed.sum()) < draws  # the looks crossed some resamples and not all
+
+
 def test_equal_weight_clones_are_never_proven():
     gate = make_gate(100, seed=0)
     assert gate.look(torch.zeros(4, 100, dtype=F64), 1).critical == math.inf
