@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_map
 
-from benchmarks import checkpoint_blocking, sharded_scaling, throughput, update_roofline
+from benchmarks import checkpoint_blocking, generation_floor, sharded_scaling, throughput, update_roofline
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from benchmarks.selection_designs import Design, Resampled, replay
 from config import override, preset
@@ -221,9 +221,7 @@ def test_the_selection_study_replays_the_trainers_gate(early_fraction):
         generator=torch.Generator().manual_seed(1),
         early_fraction=early_fraction,
     )
-    counts = torch.zeros(400, days, dtype=torch.int32).scatter_add_(
-        1, gate.resamples, torch.ones_like(gate.resamples, dtype=torch.int32)
-    )
+    counts = gate.counts.to(torch.int32)  # (B, D)
     design = Design("trainer", margin=margin) if early_fraction is None else Design("final", spend="split", first=0.2)
     design = replace(design, margin=margin)
     zeros = np.zeros((generations, popsize))
@@ -305,3 +303,26 @@ def test_the_power_benchmarks_null_series_take_a_longer_block_when_asked():
     assert doubled["mean_block"] == pytest.approx(2.0 * chosen["mean_block"])
     assert (chosen["block_scale"], doubled["block_scale"]) == (1.0, 2.0)
     assert "block x2" in backtest_power.report([], [doubled]) and "block x" not in backtest_power.report([], [chosen])
+
+
+def test_the_generation_floor_counts_every_phase_and_takes_the_largest_floor(capsys):
+    """``benchmarks/generation_floor.py`` on the smoke preset: the days are simulated with kernels, validation's per
+    day are over the validation range's days, each floor is the largest of its launch, bandwidth and compute parts,
+    and the phases are timed on generations that captured no graph (none on the CPU)."""
+    argv = ["--preset", "smoke", "--set", "runtime.device=cpu", "--warmup", "1", "--generations", "2", "--json"]
+    generation_floor.main(argv)
+    report = json.loads(capsys.readouterr().out)
+    phases = {phase["phase"]: phase for phase in report["phases"]}
+    assert list(phases) == ["rollout", "validation", "gate", "evolution", "update", "generation"]
+    assert phases["rollout"]["kernels"] > 0 and phases["validation"]["kernels"] > 0
+    config = preset("smoke")
+    validation_days = len(load_market(config, torch.device("cpu")).splits.validation)
+    assert (phases["rollout"]["days"], phases["validation"]["days"]) == (config.env.episode_days, validation_days)
+    validation = phases["validation"]
+    assert validation["kernels_per_day"] == validation["kernels"] / validation_days
+    for phase in phases.values():
+        parts = (phase["launch_floor_s"], phase["bandwidth_floor_s"], phase["compute_floor_s"])
+        assert phase["floor_s"] == max(parts) > 0
+        assert phase["measured_over_floor"] == pytest.approx(phase["measured_s"] / phase["floor_s"])
+    assert report["timed"] == 2 and report["card"]["card"] == "H100 80GB HBM3"
+    assert "| validation |" in generation_floor.report(report)
