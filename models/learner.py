@@ -112,6 +112,9 @@ class Learner:
         self.trains_critic = trains_critic(settings.actor_objective, settings.gamma)
         self.reads_targets = self.trains_critic and settings.gamma > 0
         """The TD target's next-day value is read only at gamma > 0: else targets are neither run nor averaged."""
+        self.reads_next_obs = settings.gamma > 0
+        """Only a discounted next day reads a batch's next observations (the TD target, the model objective's
+        critic term): at gamma 0 the buffer need not gather them."""
 
         def networks(kind: type[Actor] | type[Critic]) -> tuple[torch.nn.Module, torch.nn.Module]:
             with torch.device(device):  # made where they live: the meta device (sizing) allocates nothing

@@ -67,6 +67,10 @@ class BatchedLinear(nn.Module):
             tensor.copy_(noise.to(tensor.device).mul_(2 * bound).sub_(bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight.shape[-1] == 1 and torch.compiler.is_compiling():
+            # One output is a reduction over the inputs, which a compiler fuses with the kernel that made them (a
+            # matmul library call would stand apart); eager keeps the matmul, and its numbers.
+            return (x * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         if x.shape[0] == self.weight.shape[0]:
             return torch.baddbmm(self.bias, x, self.weight)
         return torch.matmul(x, self.weight) + self.bias  # x shared by all agents: (1, M, in)

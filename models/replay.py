@@ -41,8 +41,9 @@ class ReplayBatch(NamedTuple):
     """(P, B, N + 1) target weights taken."""
     rewards: torch.Tensor
     """(P, B) rewards."""
-    next_obs: Observation
-    """The next observations: windows (P, B, N, L * K), weights (P, B, N + 1)."""
+    next_obs: Observation | None
+    """The next observations: windows (P, B, N, L * K), weights (P, B, N + 1); None from a buffer built for a learner
+    that never reads them (``next_obs=False``)."""
     terminated: torch.Tensor
     """(P, B) float, 1 where the episode ended for good (no bootstrap)."""
     truncated: torch.Tensor
@@ -70,6 +71,8 @@ class ReplayBuffer:
         execution_delay: days from a decision to its fill (``env.execution_delay``).
         share: the agents of the P whose batches are trained here (``models.share``; all by default): every
             ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
+        next_obs: rebuild the next observations at sample time; False for a learner that reads none (at ``gamma``
+            0 the next day's value is multiplied by zero): its batches are gathered without them.
     """
 
     def __init__(
@@ -83,8 +86,10 @@ class ReplayBuffer:
         device: torch.device | str,
         execution_delay: int,
         share: Share | None = None,
+        next_obs: bool = True,
     ) -> None:
         self.capacity = capacity
+        self.gathers_next_obs = next_obs
         self.gatherer = gatherer
         self.market = market
         self.execution_delay = execution_delay
@@ -196,7 +201,11 @@ class ReplayBuffer:
             obs=self.gatherer.observe(days, s["weights"][index], out=self._windows),
             actions=s["actions"][index],
             rewards=s["rewards"][index],
-            next_obs=self.gatherer.observe(days + 1, s["next_weights"][index], out=self._next_windows),
+            next_obs=(
+                self.gatherer.observe(days + 1, s["next_weights"][index], out=self._next_windows)
+                if self.gathers_next_obs
+                else None
+            ),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
             next_relatives=self.market.day_relatives(fill + 1),

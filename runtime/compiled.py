@@ -71,10 +71,18 @@ class Compilation:
         for optim in learner.optimisers.values():
             optim.step = self.function(optim.step)
 
-    def actor_(self, actor: Actor) -> None:
-        """Compile an acting actor's windows' part and its decision, in place (each site an actor of its own)."""
+    def actor_(self, actor: Actor, *, decide: bool = True) -> None:
+        """Compile an acting actor's windows' part and, with ``decide``, its decision, in place (each site an actor of
+        its own). A site whose whole day is compiled (``day_``) leaves the decision to it."""
         actor.features = self.function(actor.features)
-        actor.decide = self.function(actor.decide)
+        if decide:
+            actor.decide = self.function(actor.decide)
+
+    def day_(self, phase: Any) -> None:
+        """Compile a phase's whole day step (``phase.day``: the decision, its softmax, the trade, the reward and the
+        writes, ``training.rollout``) into one function, in place: what were ~40 kernels a day become a few fused
+        ones."""
+        phase.day = self.function(phase.day)
 
     def report(self) -> str | None:
         """One line on what was compiled since the last report, once something was; None otherwise."""

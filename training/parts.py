@@ -85,19 +85,25 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         device=device,
         execution_delay=config.env.execution_delay,
         share=sharding.share,
+        next_obs=population.learner.reads_next_obs,  # gathered only for a learner that reads them
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
     validation = Validation(config, market, population, sharding=sharding, graphs=graphs)
     compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
     compilation.learner_(population.learner)
-    for acting in (population.actor, validation.acting):
-        compilation.actor_(acting)
+    rollouts = Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs)
+    # A day whose transitions are exchanged between processes holds a collective: its decision is compiled alone.
+    whole_days = not sharding.distributed
+    for phase, acting in ((rollouts, population.actor), (validation, validation.acting)):
+        compilation.actor_(acting, decide=not whole_days)
+        if whole_days:
+            compilation.day_(phase)
     return LoopParts(
         sharding=sharding,
         generators=generators,
         population=population,
         buffer=buffer,
-        rollouts=Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs),
+        rollouts=rollouts,
         validation=validation,
         update_phase=UpdatePhase(
             config, population.learner, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs

@@ -85,6 +85,38 @@ def exploration_scale(population: Population, exploring: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
+def roll_out_day(
+    actor: Actor,
+    env: VectorPortfolioEnv,
+    buffer: ReplayBuffer,
+    features: ActorFeatures,
+    noise: torch.Tensor,
+    *,
+    noise_scale: torch.Tensor,
+    stored_episodes: int,
+    exchange: Callable[[Step], Step] = lambda step: step,
+) -> None:
+    """One day of every episode of ``env``: each agent's actions from the day's ``features`` (``on_day``) and its
+    weights with ``noise`` (P, E, N + 1) of ``noise_scale`` on the logits, the environment's step, and the transitions
+    of the first ``stored_episodes`` episodes written to ``buffer`` through ``exchange`` (``roll_out_episodes``).
+    Device arithmetic alone, nothing drawn: with ``runtime.torch_compile`` it is compiled whole (``runtime.compiled``),
+    the day's decision, trade and writes fused into a few kernels."""
+    kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
+    logits = actor.decide(features, env.weights)  # (P, E, N + 1)
+    actions = torch.softmax(logits + noise * noise_scale, dim=-1)
+    step = exchange(env.apply(actions))
+    buffer.write(
+        days=step.days[kept],
+        weights=step.weights[:, kept],
+        actions=step.actions[:, kept],
+        rewards=step.rewards[:, kept],
+        next_weights=step.next_weights[:, kept],
+        terminated=False,
+        truncated=step.truncated,
+    )
+
+
+@torch.no_grad()
 def roll_out_episodes(
     population: Population,
     env: VectorPortfolioEnv,
@@ -96,50 +128,63 @@ def roll_out_episodes(
     stored_episodes: int,
     generator: torch.Generator,
     exchange: Callable[[Step], Step] = lambda step: step,
+    day_step: Callable[..., None] = roll_out_day,
 ) -> None:
     """Every day of the episodes ``env`` was reset to, in ``blocks`` of days, on the device alone (it can be replayed
     as a CUDA graph): each day the actions with noise of ``noise_scale`` (``exploration_scale``) on the logits, the
     environment's step, and the transitions of the first ``stored_episodes`` episodes written to ``buffer`` (the
     others are fitness episodes that no gradient may see), through ``exchange``: with the population sharded over
-    processes it returns every rank's transitions of the step (``SharedSteps``). The caller commits
-    ``population.popsize * stored_episodes`` transitions a day to the buffer afterwards."""
+    processes it returns every rank's transitions of the step (``SharedSteps``). ``day_step``: ``roll_out_day`` or
+    its compiled form. The caller commits ``population.popsize * stored_episodes`` transitions a day to the buffer
+    afterwards."""
     actor, share = population.actor, population.share
-    kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
     for days in blocks:
         features = block_features(actor, env, windows, days)
         for day in range(days):
-            logits = actor.decide(on_day(features, day), env.weights)  # (P, E, N + 1)
             # drawn for the whole population, the rows held here kept (``models.share``)
-            noise = share.draw(torch.randn, *logits.shape[1:], generator=generator, device=generator.device)
-            actions = torch.softmax(logits + noise.to(logits.device) * noise_scale, dim=-1)
-            step = exchange(env.apply(actions))
-            buffer.write(
-                days=step.days[kept],
-                weights=step.weights[:, kept],
-                actions=step.actions[:, kept],
-                rewards=step.rewards[:, kept],
-                next_weights=step.next_weights[:, kept],
-                terminated=False,
-                truncated=step.truncated,
+            noise = share.draw(torch.randn, *env.weights.shape[1:], generator=generator, device=generator.device)
+            day_step(
+                actor,
+                env,
+                buffer,
+                on_day(features, day),
+                noise.to(env.weights.device),
+                noise_scale=noise_scale,
+                stored_episodes=stored_episodes,
+                exchange=exchange,
             )
 
 
 @torch.no_grad()
+def validate_day(acting: Actor, env: VectorPortfolioEnv, features: ActorFeatures, actions: torch.Tensor) -> None:
+    """One validation day: the deterministic policies of ``acting``'s rows from the day's ``features`` and their
+    weights, and equal weight over the day's tradable assets in ``actions``' last row, traded by ``env``. Device
+    arithmetic alone: with ``runtime.torch_compile`` compiled whole, like ``roll_out_day``."""
+    rows = acting.popsize
+    logits = acting.decide(features, env.weights[:rows])  # (P + 1, E, N + 1)
+    actions[:rows] = torch.softmax(logits, dim=-1)
+    env.equal_weight(out=actions[rows])  # (E, N + 1), equal weight over the day's tradable assets
+    env.apply(actions)
+
+
+@torch.no_grad()
 def validate_range(
-    acting: Actor, env: VectorPortfolioEnv, windows: torch.Tensor, actions: torch.Tensor, *, blocks: list[int]
+    acting: Actor,
+    env: VectorPortfolioEnv,
+    windows: torch.Tensor,
+    actions: torch.Tensor,
+    *,
+    blocks: list[int],
+    day_step: Callable[..., None] = validate_day,
 ) -> None:
     """Every day of the validation episode ``env`` was reset to, in ``blocks`` of days, on the device alone: the
     deterministic policies of ``acting``'s rows (the agents held here, then the champion) and equal weight over the
     day's tradable assets in ``actions``' last row; ``actions`` (P + 2, E, N + 1) is where the day's actions are
-    written."""
-    rows = acting.popsize
+    written. ``day_step``: ``validate_day`` or its compiled form."""
     for days in blocks:
         features = block_features(acting, env, windows, days)
         for day in range(days):
-            logits = acting.decide(on_day(features, day), env.weights[:rows])  # (P + 1, E, N + 1)
-            torch.softmax(logits, dim=-1, out=actions[:rows])
-            env.equal_weight(out=actions[rows])  # (E, N + 1), equal weight over the day's tradable assets
-            env.apply(actions)
+            day_step(acting, env, on_day(features, day), actions)
 
 
 class SharedSteps:
@@ -234,7 +279,10 @@ class Rollouts:
             stored_episodes=self.stored_episodes,
             generator=exploration,
             exchange=self.exchange,
+            day_step=lambda *args, **kwargs: self.day(*args, **kwargs),  # ``day`` as it is then (compiled or not)
         )
+        self.day: Callable[..., None] = roll_out_day
+        """One day's step (``roll_out_day``); ``runtime.compiled`` may replace it by its compiled form."""
         self.step = GraphedStep(work, device=market.device, enabled=graphs, generators=[exploration])
 
     def sample_starts(self) -> torch.Tensor:
@@ -306,7 +354,12 @@ class Validation:
         per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
         self.blocks = block_lengths(days, bytes_per_day=per_day, device=market.device)
         windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)
-        work = functools.partial(validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks)
+        day_step = lambda *args, **kwargs: self.day(*args, **kwargs)  # noqa: E731 (``day`` as it is then)
+        work = functools.partial(
+            validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks, day_step=day_step
+        )
+        self.day: Callable[..., None] = validate_day
+        """One day's step (``validate_day``); ``runtime.compiled`` may replace it by its compiled form."""
         self.step = GraphedStep(functools.partial(self._days, work), device=market.device, enabled=graphs)
 
     def run(self) -> torch.Tensor:

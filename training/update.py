@@ -33,9 +33,11 @@ class ObservationNoise(NamedTuple):
     @torch.no_grad()
     def add_(self, batch: ReplayBatch) -> None:
         """Add the noise to the batch's windows in place (they are the replay buffer's own gather buffers)."""
-        for windows in (batch.obs.windows, batch.next_obs.windows):
+        for obs in (batch.obs, batch.next_obs):
+            # drawn for the next observations too when they are not gathered: the stream is the same either way
             draws = torch.randn(self.draws.shape, generator=self.generator, out=self.draws)
-            windows.add_(self.share.mine(draws), alpha=self.stdev)
+            if obs is not None:
+                obs.windows.add_(self.share.mine(draws), alpha=self.stdev)
 
 
 class UpdatePhase:

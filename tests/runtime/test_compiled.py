@@ -79,6 +79,53 @@ def test_the_compiled_learner_computes_the_eager_learners_numbers_within_toleran
         torch.testing.assert_close(fused.agent_tensors()[key], tensor, rtol=tolerance, atol=tolerance, msg=key)
 
 
+def paused_market(path):
+    """A long file whose tickers list late, pause for 20 days and delist: days the mask closes."""
+    import numpy as np
+    import pandas as pd
+
+    days, rng = 900, np.random.default_rng(0)
+    dates = pd.bdate_range("2001-01-01", periods=days).strftime("%Y-%m-%d")
+    rows = []
+    for ticker, dead in zip("ABCD", (range(0), range(0, 200), range(500, 520), range(800, days))):
+        price = 30.0 * np.exp(np.cumsum(rng.normal(0.0003, 0.012, days)))
+        rows += [(dates[d], ticker, price[d]) for d in range(days) if d not in dead]
+    pd.DataFrame(rows, columns=["date", "ticker", "close"]).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.mark.parametrize("market", ["bundled", "paused"])
+def test_a_compiled_day_trades_the_eager_days_numbers_within_tolerance(market, tmp_path):
+    """The rollout's and validation's whole day (decision, softmax, trade, reward, the buffer's and the histories'
+    writes) compiled as one function: from the same state and draws, every reward, weight and stored transition of
+    a generation's days equals the eager day's to float32's rounding, on a market whose assets all trade and on one
+    whose mask closes days."""
+    from training.loop import Trainer
+    from training.setup import load_market
+
+    settings = {"runtime.device": "cpu", "learner.buffer_size": 400}
+    if market == "paused":
+        settings.update({"data.path": paused_market(tmp_path / "paused.csv"), "data.max_fill_days": 5})
+    config = override(preset("smoke"), settings)
+    loaded = load_market(config, torch.device("cpu"))
+    assert (loaded.tradable is not None and not bool(loaded.tradable.all())) == (market == "paused")
+    eager = Trainer(config, loaded, tmp_path / "eager", log=lambda line: None)
+    fused = Trainer(config, loaded, tmp_path / "fused", log=lambda line: None)
+    compilation = Compilation(enabled=True, cache=tmp_path)
+    for phase in (fused.rollouts, fused.validation):
+        compilation.day_(phase)
+    assert fused.rollouts.day is not eager.rollouts.day and fused.validation.day is not eager.validation.day
+    starts = eager.rollouts.sample_starts()
+    for trainer in (eager, fused):
+        trainer.rollouts.run(starts)
+    torch.testing.assert_close(fused.rollouts.env.rewards_per_episode, eager.rollouts.env.rewards_per_episode)
+    torch.testing.assert_close(fused.rollouts.env.weights, eager.rollouts.env.weights)
+    for key, stored in eager.buffer.storage.items():
+        torch.testing.assert_close(fused.buffer.storage[key], stored, msg=key)
+    assert eager.buffer.storage["rewards"].abs().sum() > 0  # the days were traded and stored
+    torch.testing.assert_close(fused.validation.run(), eager.validation.run())
+
+
 def smoke(root, generations: int):
     return override(
         preset("smoke"),

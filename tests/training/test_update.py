@@ -84,8 +84,9 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
 
         return update
 
-    quiet = trainer_with(tmp_path / "quiet", **{"learner.observation_noise": 0.0})
-    noisy = trainer_with(tmp_path / "noisy", **{"learner.observation_noise": 0.5})
+    discounted = {"learner.gamma": 0.5}  # a learner that reads the next observations: they are gathered
+    quiet = trainer_with(tmp_path / "quiet", **{"learner.observation_noise": 0.0, **discounted})
+    noisy = trainer_with(tmp_path / "noisy", **{"learner.observation_noise": 0.5, **discounted})
     for name, trainer in (("quiet", quiet), ("noisy", noisy)):
         monkeypatch.setattr(trainer.update_phase.learner, "update", capture(name, trainer.update_phase.learner))
         trainer.update_phase.step()
@@ -100,6 +101,23 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
         difference = noisy_windows - clean
         assert difference.std().item() == pytest.approx(0.5, rel=0.1)
         assert abs(difference.mean().item()) < 0.05
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3])
+def test_at_gamma_0_the_next_observations_are_not_gathered_and_nothing_learned_changes(tmp_path, noise):
+    """A learner at gamma 0 reads no next observation (``Learner.reads_next_obs``): its batches come without them,
+    and the updates train the same parameters, bit for bit, as with them gathered (the observation noise is drawn for
+    them either way, so its stream is the same)."""
+    settings = {"learner.observation_noise": noise}
+    lean, full = trainer_with(tmp_path / "lean", **settings), trainer_with(tmp_path / "full", **settings)
+    assert not lean.buffer.gathers_next_obs and lean.buffer.sample(torch.Generator()).next_obs is None
+    full.buffer.gathers_next_obs = True  # as before the learner said what it reads
+    for trainer in (lean, full):
+        for _ in range(3):
+            trainer.update_phase.step()
+        trainer.checkpoints.close()
+    for key, tensor in full.population.state_tensors().items():
+        assert torch.equal(lean.population.state_tensors()[key], tensor), key
 
 
 def test_with_the_default_settings_a_critic_nothing_reads_changes_no_actor_fitness_or_validation(tmp_path, monkeypatch):
