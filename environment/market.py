@@ -87,14 +87,19 @@ class Market:
     ``features = clip((raw - feature_mean) / feature_std, -FEATURE_CLIP, FEATURE_CLIP)``; see ``environment.features``.
     """
 
-    def day_relatives(self, days: torch.Tensor) -> torch.Tensor:
-        """The relatives of ``days`` (...), cash first: (..., N + 1)."""
-        cash = None if self.cash_relatives is None else self.cash_relatives[days]
-        return with_cash(self.relatives[days], cash)
+    def __post_init__(self) -> None:
+        # Every day's relatives with cash's first, made once: a step reads its day's row (one gather) instead of
+        # gathering, making a column of ones and concatenating (four kernels) every day. Not a field: derived.
+        object.__setattr__(self, "_with_cash", with_cash(self.relatives, self.cash_relatives))  # (T, N + 1)
 
-    def tradable_on(self, days: torch.Tensor) -> torch.Tensor | None:
-        """(..., N) the assets that can trade on ``days`` (...); None when every asset always can."""
-        return None if self.tradable is None else self.tradable[days]
+    def day_relatives(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor:
+        """The relatives of ``days + ahead`` (``days`` (...)), cash first: (..., N + 1). ``ahead`` shifts a view, so
+        the days a step reads after its decision cost no addition."""
+        return self._with_cash[ahead:][days]
+
+    def tradable_on(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor | None:
+        """(..., N) the assets that can trade on ``days + ahead`` (``days`` (...)); None when every asset always can."""
+        return None if self.tradable is None else self.tradable[ahead:][days]
 
     @property
     def num_days(self) -> int:

@@ -124,10 +124,6 @@ class VectorPortfolioEnv:
         tradable = None if observation.tradable is None else observation.tradable.flatten(0, 1)
         return observation._replace(windows=observation.windows.flatten(0, 1), tradable=tradable)
 
-    def _fill_days(self) -> torch.Tensor:
-        """(E,) the day today's decisions fill."""
-        return self._days if self.execution_delay == 0 else self._days + self.execution_delay
-
     def tradable_today(self) -> torch.Tensor | None:
         """(E, N) the assets with a price on today's decision day; None when all always have one."""
         return self.market.tradable_on(self._days)
@@ -143,31 +139,34 @@ class VectorPortfolioEnv:
         hold's). With a delay, the previous order drifted through the fill day, which the decision cannot know."""
         if self.execution_delay == 0:
             return self.weights
-        return drift(self.weights, self.market.day_relatives(self._fill_days()))
+        return drift(self.weights, self.market.day_relatives(self._days, ahead=self.execution_delay))
 
-    def apply(self, actions: torch.Tensor) -> Step:
+    def apply(self, actions: torch.Tensor, *, transition: bool = True) -> Step | None:
         """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories and the
         weights and days are written in place (the next observation is gathered by ``observe`` or
-        ``observe_block``)."""
-        fill = self._fill_days()
+        ``observe_block``). Returns the day's transitions, or None without ``transition`` (validation keeps only the
+        histories, and copies nothing for a replay buffer)."""
+        delay, market = self.execution_delay, self.market
         result = decision_step(
             self.weights,
             actions,
-            self.market.day_relatives(fill + 1),  # (E, N + 1)
+            market.day_relatives(self._days, ahead=delay + 1),  # (E, N + 1) the day the target is held
             cost_rate=self.cost_rate,
-            fill_relatives=None if self.execution_delay == 0 else self.market.day_relatives(fill),
-            tradable=self.market.tradable_on(fill),
+            fill_relatives=None if delay == 0 else market.day_relatives(self._days, ahead=delay),
+            tradable=market.tradable_on(self._days, ahead=delay),
         )
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
         self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
-        step = Step(
-            days=self._days.clone(),
-            weights=self.weights.clone(),
-            actions=actions,
-            rewards=result.rewards,
-            next_weights=result.next_weights,
-            truncated=(self._day == self.episode_days - 1).squeeze(0),
-        )
+        step = None
+        if transition:
+            step = Step(
+                days=self._days.clone(),
+                weights=self.weights.clone(),
+                actions=actions,
+                rewards=result.rewards,
+                next_weights=result.next_weights,
+                truncated=(self._day == self.episode_days - 1).squeeze(0),
+            )
         self.weights.copy_(result.next_weights)
         self._days += 1
         self._day += 1

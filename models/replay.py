@@ -196,7 +196,7 @@ class ReplayBuffer:
         """The transitions at buffer positions ``index`` (P, B), observations rebuilt from the features."""
         s = self.storage
         days = s["days"][index].long()  # (P, B)
-        fill = days if self.execution_delay == 0 else days + self.execution_delay
+        delay, market = self.execution_delay, self.market
         return ReplayBatch(
             obs=self.gatherer.observe(days, s["weights"][index], out=self._windows),
             actions=s["actions"][index],
@@ -208,9 +208,9 @@ class ReplayBuffer:
             ),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
-            next_relatives=self.market.day_relatives(fill + 1),
-            fill_relatives=None if self.execution_delay == 0 else self.market.day_relatives(fill),
-            fill_tradable=self.market.tradable_on(fill),
+            next_relatives=market.day_relatives(days, ahead=delay + 1),
+            fill_relatives=None if delay == 0 else market.day_relatives(days, ahead=delay),
+            fill_tradable=market.tradable_on(days, ahead=delay),
         )
 
     def state(self) -> ReplayState:

@@ -162,9 +162,9 @@ def validate_day(acting: Actor, env: VectorPortfolioEnv, features: ActorFeatures
     arithmetic alone: with ``runtime.torch_compile`` compiled whole, like ``roll_out_day``."""
     rows = acting.popsize
     logits = acting.decide(features, env.weights[:rows])  # (P + 1, E, N + 1)
-    actions[:rows] = torch.softmax(logits, dim=-1)
+    torch.softmax(logits, dim=-1, out=actions[:rows])
     env.equal_weight(out=actions[rows])  # (E, N + 1), equal weight over the day's tradable assets
-    env.apply(actions)
+    env.apply(actions, transition=False)
 
 
 @torch.no_grad()
