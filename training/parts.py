@@ -18,7 +18,7 @@ from models.share import Share
 from persistence.storage import parse_uri
 from runtime.boundary import to_host
 from runtime.compiled import CACHE_FOLDER, Compilation
-from runtime.device import set_matmul_precision
+from runtime.device import keep_freed_host_memory, set_matmul_precision
 from runtime.sharding import Sharding
 from training.rollout import Rollouts, Validation
 from training.selection import SequentialGate, validation_block_length
@@ -71,6 +71,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     default)."""
     device = market.device
     set_matmul_precision(config, device)
+    keep_freed_host_memory()  # a step's freed activations are reused, not mapped again (runtime.device)
     settings, popsize = config.learner, config.evolution.popsize
     sharding = sharding or Sharding(popsize, device=device)
     generators = make_generators(config.runtime.seed, device)
