@@ -13,7 +13,8 @@ the loop runs them. The columns:
   allocations launch nothing). With ``--check-profiler``, ``profiled`` is torch.profiler's count of the same eager
   call (on CUDA the kernels, memcpys and memsets the GPU ran, the count that holds with ``runtime.torch_compile``,
   whose fused kernels the dispatch mode never sees; on the CPU a proxy), and the launch floor uses it on CUDA.
-  Per day: rollout's over ``env.episode_days``, validation's over the validation range's days.
+  Per day: the launches that set the floor (``profiled`` on CUDA, else ``kernels``) over the days: rollout's
+  ``env.episode_days``, validation's the validation range.
 * MB, GFLOP: bytes the kernels read and write as launched (``moved_bytes``), matmul FLOPs (``FlopCounterMode``).
 * floors on the card: launch = kernels x a launch's cost (``--graph-launch-us`` for the graphed phases, rollout,
   validation and update, when ``runtime.cuda_graphs`` is on; ``--eager-launch-us`` otherwise), bandwidth = bytes /
@@ -43,6 +44,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.update_roofline import SPEC_PEAKS, count_kernels, profiler_check, synchronize
@@ -80,12 +83,30 @@ def eager(trainer: Trainer) -> Iterator[None]:
             step.enabled = was
 
 
-def counted(work: Callable[[], object], device: torch.device, *, check: bool) -> dict[str, Any]:
-    """One eager call of ``work``: kernels, bytes as launched, matmul FLOPs; with ``check`` the profiler's count."""
-    with FlopCounterMode(display=False) as flops:
+def cuda_kernels(work: Callable[[], object], device: torch.device) -> int:
+    """The kernels, memcpys and memsets the GPU ran for one call of ``work``, as torch.profiler records them (the
+    count that holds for compiled code: no dispatch mode can watch a compiled function run)."""
+    work()
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled:
+        work()
+        synchronize(device)
+    return sum(event.device_type == DeviceType.CUDA for event in profiled.events())
+
+
+def counted(work: Callable[[], object], device: torch.device, *, check: bool, compiled: bool) -> dict[str, Any]:
+    """One eager call of ``work``: kernels, bytes as launched, matmul FLOPs; with ``check`` the profiler's count.
+    With ``compiled`` (``runtime.torch_compile``) the dispatch mode counts the call with compilation set aside (the
+    operations the compiled kernels fuse: their bytes as launched eagerly, their FLOPs), and on CUDA ``profiled`` is
+    the compiled call's kernels, which set the launch floor; on the CPU there is no such count."""
+    stance = torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
+    with stance, FlopCounterMode(display=False) as flops:
         kernels = count_kernels(work)
     synchronize(device)
-    profiled = profiler_check(work, device)["profiled"] if check else None
+    if compiled:
+        profiled = cuda_kernels(work, device) if device.type == "cuda" else None
+    else:
+        profiled = profiler_check(work, device)["profiled"] if check else None
     return {"kernels": kernels.kernels, "bytes": kernels.bytes, "flop": flops.get_total_flops(), "profiled": profiled}
 
 
@@ -124,7 +145,10 @@ def measure(
         }
         days = {"rollout": config.env.episode_days, "validation": trainer.validation.env.episode_days}
         with eager(trainer):
-            counts = {name: counted(work, device, check=check_profiler) for name, work in phases.items()}
+            compiled = config.runtime.torch_compile
+            counts = {
+                name: counted(work, device, check=check_profiler, compiled=compiled) for name, work in phases.items()
+            }
         if gate is not None:
             gate.crossed.copy_(crossed)
 
@@ -169,7 +193,7 @@ def floors(
             launch = kernels * (graph_us if graphs and phase["phase"] in GRAPHED else eager_us) / 1e6
             inside += launch
         phase["launch_kernels"] = kernels
-        phase["kernels_per_day"] = phase["kernels"] / phase["days"] if phase["days"] else None
+        phase["kernels_per_day"] = kernels / phase["days"] if phase["days"] else None  # the launches that count
         phase["launch_floor_s"] = launch
         phase["bandwidth_floor_s"] = phase["bytes"] / bandwidth
         phase["compute_floor_s"] = phase["flop"] / peak
@@ -221,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="default")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--card", default=None, help="the card of the floors (default: this GPU if known, else h100)")
-    parser.add_argument("--graph-launch-us", type=float, default=2.5, help="a kernel's cost in a CUDA graph (2.5)")
+    # 1 us: an H200 replayed 19,700 graphed kernels of validation in 33 ms (the gate included), 1.7 us at most each
+    parser.add_argument("--graph-launch-us", type=float, default=1.0, help="a kernel's cost in a CUDA graph (1)")
     parser.add_argument("--eager-launch-us", type=float, default=5.0, help="an eager launch's cost (5)")
     parser.add_argument("--warmup", type=int, default=3, help="generations before anything is counted (3)")
     parser.add_argument("--generations", type=int, default=5, help="generations timed (5)")
