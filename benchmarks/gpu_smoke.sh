@@ -12,6 +12,9 @@
 # 4. the update against the card's peaks (benchmarks/update_roofline.py --check-profiler), paper, eager, graphed,
 #    and graphed and compiled, its kernels counted by the dispatcher and by the profiler;
 # 5. one backtest fold (default preset, 40 generations, graphed), timed;
+# 5b. each phase against the card's floor (benchmarks/generation_floor.py): the default preset graphed, graphed and
+#    compiled (its kernels counted by the profiler: the compiled day's fused kernels), on this machine's CPU cores,
+#    and the paper preset graphed and compiled;
 # 6. a smoke run on cuda resumed with --device cpu for one more generation (it must say it is not bit for bit);
 # 7. with GPU_SMOKE_SOAK_GENERATIONS > 0: a graphed paper soak of that many generations, judged by memory_soak.py;
 # 8. with two or more GPUs (nvidia-smi -L): a paper run under torchrun with 2 processes and the same run with one,
@@ -33,7 +36,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 GENERATIONS="${GPU_SMOKE_GENERATIONS:-5}"
 SOAK_GENERATIONS="${GPU_SMOKE_SOAK_GENERATIONS:-0}"
-ALL_SECTIONS="tests paper default roofline backtest resume soak sharded"
+ALL_SECTIONS="tests paper default roofline floor backtest resume soak sharded"
 SECTIONS="${GPU_SMOKE_SECTIONS:-$ALL_SECTIONS}"
 SECTIONS="${SECTIONS//,/ }"
 DRY_RUN="${GPU_SMOKE_DRY_RUN:-0}"
@@ -221,6 +224,34 @@ roofline() {
     add ""
 }
 
+floor() {
+    local name log lines=""
+    for setting in "default-graphs|--preset default --set runtime.device=cuda --check-profiler" \
+        "default-compiled|--preset default --set runtime.device=cuda --set runtime.torch_compile=true" \
+        "default-cpu|--preset default --set runtime.device=cpu" \
+        "paper-compiled|--preset paper --set runtime.device=cuda --set runtime.torch_compile=true"; do
+        name="${setting%%|*}"
+        log="$WORK/logs/floor-$name.log"
+        # shellcheck disable=SC2086 # the settings are words
+        if run "$log" "$PYTHON" benchmarks/generation_floor.py ${setting#*|}; then
+            [[ "$DRY_RUN" == 1 ]] || lines+="$name"$'\n'"$(cat "$log")"$'\n\n'
+        else
+            fail "the floor of $name"
+        fi
+    done
+    [[ "$DRY_RUN" == 1 ]] && return 0
+    add "### Each phase against the card's floor"
+    add ""
+    add "\`python benchmarks/generation_floor.py --preset P --set runtime.device=D [--set runtime.torch_compile=true]\`"
+    add "(compiled, the profiler's kernel count is the one that applies; per day: rollout's and validation's launches"
+    add "over their days):"
+    add ""
+    add '```'
+    REPORT+="$lines"
+    add '```'
+    add ""
+}
+
 backtest_fold() {
     local log="$WORK/logs/backtest-fold.log" start seconds result
     start="$(date +%s.%N)"
@@ -361,6 +392,7 @@ for section in $SECTIONS; do
     paper) paper_timings ;;
     default) default_timings ;;
     roofline) roofline ;;
+    floor) floor ;;
     backtest) backtest_fold ;;
     resume) resume_on_cpu ;;
     soak) soak ;;

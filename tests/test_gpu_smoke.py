@@ -136,6 +136,20 @@ def test_the_update_roofline_and_the_backtest_fold_run_graphed_on_cuda(commands)
     assert backtest[backtest.index("--generations") + 1] == "40" and "runtime.cuda_graphs=true" in backtest
 
 
+def test_the_floor_measures_the_default_graphed_compiled_and_on_the_cpu_and_the_paper_compiled(commands):
+    floors = [argv[1:] for argv in commands if argv[0] == "benchmarks/generation_floor.py"]
+    configs = []
+    for argv in floors:
+        presets, sets = argv[argv.index("--preset") + 1], [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+        configs.append(config.override(config.preset(presets), config.parse_assignments(sets)))
+    seen = sorted((c.evolution.popsize, c.runtime.device, c.runtime.torch_compile) for c in configs)
+    default, paper = config.preset("default").evolution.popsize, config.preset("paper").evolution.popsize
+    assert seen == sorted(
+        [(default, "cuda", False), (default, "cuda", True), (default, "cpu", False), (paper, "cuda", True)]
+    )
+    assert all(c.runtime.cuda_graphs for c in configs)  # graphed wherever there is a GPU (the default's setting)
+
+
 def test_the_resume_moves_a_cuda_run_to_the_cpu(commands):
     runs = [argv[1:] for argv in commands if argv[0] == "main.py" and "cuda-then-cpu" in argv]
     assert len(runs) == 2 and "--resume" not in runs[0] and "--resume" in runs[1]
