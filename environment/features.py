@@ -56,6 +56,9 @@ class BuiltInFeature(NamedTuple):
     """How the raw value of day ``t`` is computed from the prices up to ``t``."""
     compute: Callable[[pd.DataFrame], pd.DataFrame]
     """(T, N) prices, NaN where an asset has none -> (T, N) raw values, causal in time."""
+    window: int
+    """Days after an asset's first price before its value is taken as full (an exponential average's: three spans of
+    its slowest); before that it is missing, so neutral."""
 
 
 def _log_return(horizon: int) -> Callable[[pd.DataFrame], pd.DataFrame]:
@@ -80,18 +83,25 @@ def _macd(prices: pd.DataFrame) -> pd.DataFrame:
 
 
 BUILT_IN_FEATURES: dict[str, BuiltInFeature] = {
-    **{f"log_return_{h}d": BuiltInFeature(f"log(price[t] / price[t - {h}])", _log_return(h)) for h in _RETURN_HORIZONS},
+    **{
+        f"log_return_{h}d": BuiltInFeature(f"log(price[t] / price[t - {h}])", _log_return(h), h)
+        for h in _RETURN_HORIZONS
+    },
     f"volatility_{_VOLATILITY_WINDOW}d": BuiltInFeature(
-        f"population standard deviation (ddof 0) of the last {_VOLATILITY_WINDOW} daily log returns", _volatility
+        f"population standard deviation (ddof 0) of the last {_VOLATILITY_WINDOW} daily log returns",
+        _volatility,
+        _VOLATILITY_WINDOW,
     ),
     f"rsi_{_RSI_WINDOW}": BuiltInFeature(
         "(avg_gain - avg_loss) / (avg_gain + avg_loss), 0 when both are 0; avg_* are pandas "
         f"ewm(alpha=1/{_RSI_WINDOW}, adjust=True) means of the positive and negative daily price changes",
         _rsi,
+        _EMA_SETTLE_SPANS * (2 * _RSI_WINDOW - 1),  # Wilder's 1/14 smoothing has span 27
     ),
     f"macd_{_MACD_FAST}_{_MACD_SLOW}": BuiltInFeature(
         f"ewm(span={_MACD_FAST}, adjust=True) mean minus ewm(span={_MACD_SLOW}, adjust=True) mean of the log price",
         _macd,
+        _EMA_SETTLE_SPANS * _MACD_SLOW,
     ),
 }
 """The features computed from prices, by name: a new one added here is a feature ``data.features`` can name."""
@@ -105,12 +115,9 @@ FEATURE_DEFINITIONS: dict[str, str] = {name: BUILT_IN_FEATURES[name].definition 
 FEATURE_CLIP: float = 5.0
 """Normalised features are clipped to [-FEATURE_CLIP, FEATURE_CLIP]."""
 
-WARMUP_DAYS: int = max(
-    max(_RETURN_HORIZONS),  # log_return_21d needs price[t - 21]
-    _VOLATILITY_WINDOW,  # 21 daily returns reach back to price[t - 21]
-    _EMA_SETTLE_SPANS * max(_MACD_SLOW, 2 * _RSI_WINDOW - 1),  # Wilder's 1/14 smoothing has span 27
-)
-"""Leading rows of a price table dropped because some built-in feature's window is not yet full (81)."""
+WARMUP_DAYS: int = max(feature.window for feature in BUILT_IN_FEATURES.values())
+"""Leading rows of a price table dropped because some built-in feature's window is not yet full (81). An asset that
+lists later has each feature missing (neutral) for that feature's ``window`` days after its first price."""
 
 
 def feature_names(requested: Sequence[str]) -> tuple[str, ...]:
@@ -137,7 +144,15 @@ def raw_features(prices: np.ndarray, names: Sequence[str] = FEATURE_NAMES) -> np
         (T, N, K) float64; rows before ``WARMUP_DAYS`` hold NaN or features of incomplete windows.
     """
     frame = pd.DataFrame(np.asarray(prices, dtype=np.float64))  # (T, N)
-    return np.stack([BUILT_IN_FEATURES[name].compute(frame).to_numpy() for name in names], axis=-1)
+    listed = frame.notna().to_numpy()
+    first = np.where(listed.any(axis=0), listed.argmax(axis=0), len(frame))  # (N,) each asset's first price
+    rows = np.arange(len(frame))[:, None]  # (T, 1)
+    values = []
+    for name in names:
+        feature = BUILT_IN_FEATURES[name]
+        value = feature.compute(frame).to_numpy()  # (T, N)
+        values.append(np.where(rows < first + feature.window, np.nan, value))  # not yet full after the listing
+    return np.stack(values, axis=-1)
 
 
 def build_market(

@@ -9,6 +9,7 @@ import torch
 
 from environment.data import PriceTable, load_prices
 from environment.features import (
+    BUILT_IN_FEATURES,
     FEATURE_CLIP,
     FEATURE_DEFINITIONS,
     FEATURE_NAMES,
@@ -243,3 +244,20 @@ def test_pooled_normalisation_keeps_the_differences_between_assets() -> None:
     volatility = FEATURE_NAMES.index("volatility_21d")
     assert train[:, 0, momentum].mean() > 0.5 > -0.5 > train[:, 1, momentum].mean()
     assert train[:, 2, volatility].mean() < train[:, 0, volatility].mean() - 0.5
+
+
+@pytest.mark.parametrize("name", FEATURE_NAMES)
+def test_every_indicator_is_missing_until_its_window_is_full_after_a_listing(name) -> None:
+    """An asset that lists late starts with no value of a feature for that feature's window (an exponential average's
+    three spans), so the network sees it neutral; the asset listed from the start is untouched."""
+    rng = np.random.default_rng(3)
+    listing = 150
+    prices = 50.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, (400, 2)), axis=0))
+    prices[:listing, 1] = np.nan  # the second asset lists on row 150
+    raw = raw_features(prices, (name,))[..., 0]  # (T, N)
+    window = BUILT_IN_FEATURES[name].window
+    assert np.isnan(raw[listing : listing + window, 1]).all()
+    assert np.isfinite(raw[listing + window :, 1]).all()
+    assert np.isfinite(raw[window:, 0]).all()  # the first asset's values start as they did
+    alone = raw_features(prices[:, :1], (name,))[..., 0]
+    assert np.array_equal(raw[:, 0], alone[:, 0], equal_nan=True)

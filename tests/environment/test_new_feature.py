@@ -37,7 +37,7 @@ def _range(prices: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.slow
 def test_a_feature_added_to_the_environment_is_trained_evaluated_and_exported(monkeypatch, tmp_path, capsys):
     definition = "log(max / min) of the last 10 prices"
-    monkeypatch.setitem(BUILT_IN_FEATURES, "range_10d", BuiltInFeature(definition, _range))
+    monkeypatch.setitem(BUILT_IN_FEATURES, "range_10d", BuiltInFeature(definition, _range, 10))
     run = ["--preset", "smoke", "--generations", "1", "--checkpoint-uri", str(tmp_path), "--run-name", "r"]
     run += ["--no-progress", "--device", "cpu", "--set", "data.features=builtin,range_10d"]
     assert main.main(run) == 0
