@@ -17,8 +17,9 @@ first ``WARMUP_DAYS`` rows are dropped, whatever the features; then each feature
 alike, is z-scored with the mean and standard deviation of the training rows of all assets together
 (the asset-days with a value), and clipped to [-5, 5]. A value that is missing (an asset without a
 price that day, a window not yet full after it lists, a user's column before its first value) is
-neutral: 0, the training mean. In a market whose assets do not all trade every day, a last feature,
-``tradable``, is 1 on the days an asset has a price and 0 on the others, so the networks see it. Pooling over assets
+neutral: 0, the training mean. In a market some of whose assets lack a price on some training day, a last feature,
+``tradable``, is 1 on the days an asset has a price and 0 on the others, so the networks see it (decided on the
+training days alone: a day missing only later is masked, not an input). Pooling over assets
 matters: a per-asset z-score would subtract each asset's own average return and volatility, and so
 hide from the agents exactly the differences between assets that a portfolio is built on (which asset
 leads, which is calm). The ``Market`` keeps the statistics (``feature_mean``, ``feature_std``, one row
@@ -252,9 +253,10 @@ def build_market(
         raise RuntimeError("non-finite features from finite values")
     definitions = [_definition(name) for name in names]
 
-    tradable = None
-    if not all_tradable:
-        tradable = table.tradable[WARMUP_DAYS:]  # (T, N)
+    tradable = None if all_tradable else table.tradable[WARMUP_DAYS:]  # (T, N): the days each asset can trade
+    # Whether the networks see a ``tradable`` input is decided on the training days alone, as everything they see is:
+    # a market whose only missing prices come after them trains no input it would first meet out of sample.
+    if tradable is not None and not tradable[:train_stop].all():
         values = np.concatenate([values, tradable[..., None].astype(np.float32)], axis=-1)
         mean = np.concatenate([mean, np.zeros((num_assets, 1))], axis=1)
         std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)

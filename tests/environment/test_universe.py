@@ -55,6 +55,21 @@ def test_a_universe_of_survivors_is_the_old_market_bit_for_bit():
     assert build_market(table(values, universe="point_in_time"), **SETTINGS).tradable is None  # nothing to mask
 
 
+def test_whether_the_networks_see_tradable_is_decided_on_the_training_days_alone():
+    """An asset that delists in the holdout: its days there are masked (no trade), but the networks get no
+    ``tradable`` input, which would be 1 on every day they train on and first read 0 out of sample; the same asset
+    gone inside the training days gives them the input."""
+    late = prices()
+    late[DAYS - 20 :, 2] = np.nan  # the last 20 rows are holdout days
+    market = build_market(table(late), **SETTINGS)
+    assert market.tradable is not None and not bool(market.tradable.all())
+    assert market.feature_names == FEATURE_NAMES  # no input decided by a day it never trains on
+    assert not bool(market.tradable[market.splits.holdout][:, 2].all())
+    early = prices()
+    early[:LISTS, 3] = np.nan  # lists on a training day
+    assert build_market(table(early), **SETTINGS).feature_names == (*FEATURE_NAMES, TRADABLE)
+
+
 def test_assets_trade_from_their_first_price_to_their_last():
     market = build_market(table(listed_and_delisted()), **SETTINGS)
     rows = np.arange(WARMUP_DAYS, DAYS)  # the table's row of each market day
