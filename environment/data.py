@@ -328,7 +328,15 @@ def _load_wide(
         notes.append("dates were not in ascending order: sorted them")
 
     selected = _select_tickers(tickers, available, file)
-    if max_assets and not tickers:
+    if max_assets and not tickers and len(selected) > max_assets:
+        left_out = selected[max_assets:]
+        shown = ", ".join(left_out[:_MAX_SHOWN]) + (
+            f" and {len(left_out) - _MAX_SHOWN} more" if len(left_out) > _MAX_SHOWN else ""
+        )
+        notes.append(
+            f"data.max_assets={max_assets} keeps the file's first {max_assets} of {len(selected)} tickers, in file "
+            f"order; left out: {shown} (name them with data.tickers to choose)"
+        )
         selected = selected[:max_assets]
     frame = _filter_dates(frame, file, start, end)
     if ticker_col is None:

@@ -281,7 +281,38 @@ def build_market(
         cash_relatives=None if cash is None else _to_tensor(cash, device),
         feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
         feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)
+        notes=(
+            *(note for note in table.notes if note.startswith("data.max_assets=")),
+            *universe_notes(table.tradable[WARMUP_DAYS:], table.dates[WARMUP_DAYS:], table.tickers),
+        ),
     )
+
+
+def universe_notes(tradable: np.ndarray, dates: pd.DatetimeIndex, tickers: Sequence[str]) -> list[str]:
+    """One line on the tickers whose lives do not span the panel: those that list late, delist, or halt inside their
+    life, with counts and the first few named (and when); nothing for a panel where every asset trades every day."""
+    late, gone, halted, halt_days = [], [], [], 0
+    for j, ticker in enumerate(tickers):
+        has = tradable[:, j]
+        first, last = int(has.argmax()), len(has) - 1 - int(has[::-1].argmax())
+        if first > 0:
+            late.append(f"{ticker} on {_iso(dates[first])}")
+        if last < len(has) - 1:
+            gone.append(f"{ticker} after {_iso(dates[last])}")
+        missing = ~has[first : last + 1]
+        if missing.any():
+            gaps = int((missing[1:] & ~missing[:-1]).sum() + missing[0])
+            halted.append(f"{ticker}: {gaps} gap{'s' * (gaps > 1)}, {int(missing.sum())} days")
+            halt_days += int(missing.sum())
+
+    def listed(what: str, names: list[str]) -> str:
+        more = f"; and {len(names) - 3} more" if len(names) > 3 else ""
+        return f"{what} {len(names)} ({'; '.join(names[:3])}{more})"
+
+    parts = [listed(what, names) for what, names in (("listing late", late), ("delisting", gone)) if names]
+    if halted:
+        parts.append(f"{listed('halting', halted)}, {halt_days} asset-days without a price inside their lives")
+    return [f"universe: tickers {', '.join(parts)}"] if parts else []
 
 
 def _raw_values(table: PriceTable, names: Sequence[str]) -> np.ndarray:

@@ -81,6 +81,9 @@ class Market:
     """(T,) float32 what cash earns each day (``1 + rate`` a day, from the close before); None when it earns nothing."""
     feature_mean: torch.Tensor | None = None
     """(N, K) float32 mean of each raw (asset, feature) over the training rows, when built from prices."""
+    notes: tuple[str, ...] = ()
+    """What the panel became, for a run's first lines: tickers a size limit left out, tickers that list late, delist
+    or halt (``environment.features.universe_notes``)."""
     feature_std: torch.Tensor | None = None
     """(N, K) float32 standard deviation used to scale it (1 where the feature is constant), likewise.
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from config import Config, conventions, describe_conventions
+from environment.features import WARMUP_DAYS
 from environment.market import Market
 from persistence.provenance import describe_device, device_change_note
 from persistence.run_folder import opening
@@ -126,13 +127,19 @@ def _begin(opened: opening.Opened, *, log: Callable[[str], None], should_stop: C
     storage, name = opened.storage, opened.config.checkpoint.run_name
     where = f"{opened.run_dir} (uploading to {storage.uri}/{name})" if storage else str(opened.run_dir)
     log(f"run {where} | {coverage(market)} | device {_describe(device, ranks)}")
+    for note in market.notes:  # what the panel became: tickers left out, listing late, delisting, halting
+        log(note if note.startswith("universe:") else f"data: {note}")
     log(f"trading: {describe_conventions(conventions(opened.config))}")
     return run
 
 
 def coverage(market: Market) -> str:
-    """The universe a run trades: its assets, days and the share of asset-days on which an asset has a price."""
-    return f"{market.num_assets} assets x {market.num_days} days, {market.tradable_fraction:.1%} of asset-days tradable"
+    """The universe a run trades: its assets, days and the share of asset-days on which an asset has a price, and
+    the dates they span after the features' warm-up."""
+    return (
+        f"{market.num_assets} assets x {market.num_days} days, {market.tradable_fraction:.1%} of asset-days tradable, "
+        f"{market.dates[0]} to {market.dates[-1]} after {WARMUP_DAYS} warm-up days"
+    )
 
 
 def _prepare(config: Config, ranks: Ranks) -> tuple[torch.device, Market, Sharding]:

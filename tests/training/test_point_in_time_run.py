@@ -58,6 +58,15 @@ def test_a_run_trains_on_every_day_of_the_file_and_says_what_it_trades(run, caps
     assert share == pytest.approx(tradable, abs=0.02) and share < 1
     assert "fills 1 trading day after the decision | universe point_in_time | features builtin,signal" in out
     assert "cash earns 2%/y" in out
+    # The first lines say what the panel became: its dates after the warm-up, and the tickers whose lives are short.
+    dates = pd.bdate_range("2001-01-01", periods=DAYS).strftime("%Y-%m-%d")
+    assert f"{dates[WARMUP_DAYS]} to {dates[-1]} after {WARMUP_DAYS} warm-up days" in first
+    universe = next(line for line in out.splitlines() if line.startswith("universe:"))
+    assert (
+        f"listing late 1 (D on {dates[LISTS]})" in universe
+        and f"delisting 1 (E after {dates[DELISTS - 1]})" in universe
+    )
+    assert "halting 1 (B: 1 gap, 20 days)" in universe
     state = checkpoint.read_document(checkpoint.open_generation(run_dir), "state")
     assert state["config"]["env"]["execution_delay"] == 1
 
@@ -122,3 +131,17 @@ def test_resuming_with_another_delay_is_refused_and_writes_nothing(run, capsys):
     assert main.main([*resume, "--set", "env.execution_delay=0"]) == 2
     assert "env.execution_delay is 1 in r, not 0" in capsys.readouterr().err
     assert sorted(path.relative_to(run_dir) for path in run_dir.rglob("*")) == before
+
+
+def test_a_size_limit_says_which_tickers_it_left_out(long_file, tmp_path, capsys):
+    """The smoke preset keeps a file's first data.max_assets tickers (6): a file of 5 keeps all and says nothing, one
+    of 8 names the 2 it leaves out."""
+    rows = pd.read_csv(long_file)
+    wide = pd.concat([rows, rows.assign(ticker=rows["ticker"].map(lambda t: t + "2"))])
+    path = tmp_path / "eight.csv"
+    wide[wide["ticker"].isin(["A", "B", "C", "D", "E", "A2", "B2", "C2"])].to_csv(path, index=False)
+    for data, said in ((long_file, None), (path, "left out: B2, C2")):
+        argv = ["--preset", "smoke", "--data", str(data), "--checkpoint-uri", str(tmp_path / "runs"), "--no-progress"]
+        assert main.main([*argv, "--device", "cpu", "--generations", "1"]) == 0
+        notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data: data.max_assets")]
+        assert (notes == []) if said is None else (len(notes) == 1 and said in notes[0] and "6 of 8" in notes[0])
