@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from config import Config, override, parse_assignments, preset
+from environment.loading import load_market
 from persistence import checkpoint, jsonl
 from persistence.generation_contents import buffer_groups
 from training.loop import Trainer
-from training.setup import load_market
 from utils.telemetry import format_bytes
 
 

@@ -53,6 +53,7 @@ import torch
 from benchmarks.selection_designs import DESIGNS, TRADING_DAYS, Design, Resampled, replay, resample_counts
 from config import Config, override, parse_assignments, preset
 from environment.features import FEATURE_CLIP, WARMUP_DAYS, raw_features
+from environment.loading import load_market
 from environment.market import Market, Splits
 from environment.synthetic import make_market
 from training import selection
@@ -61,7 +62,6 @@ from training.loop import Trainer
 from training.records import Scores
 from training.rollout import Validation
 from training.selection import stationary_bootstrap
-from training.setup import load_market
 from training.streams import gate_generator
 
 BASE_STRENGTH = {"random_walk": 0.0, "reversal": 0.01, "leaders": 0.005, "volatility": 0.001}

@@ -38,10 +38,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.per_agent import TransitionStore, run_episodes, single_sample_view, split_population, update_agents
 from config import Config, override, parse_assignments, preset
+from environment.loading import load_market
 from persistence import jsonl
 from runtime.device import resolve_device
 from training.loop import Trainer
-from training.setup import load_market
 from utils.telemetry import least_squares_slope
 
 WARMUP_GENERATIONS = 5

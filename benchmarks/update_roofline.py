@@ -55,9 +55,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from config import override, parse_assignments, preset
+from environment.loading import load_market
 from runtime.device import resolve_device
 from training.loop import Trainer
-from training.setup import load_market
 
 SPEC_PEAKS = {
     # name fragment: (dense float32 FLOP/s, dense TF32 FLOP/s, memory bytes/s), the makers' data sheets

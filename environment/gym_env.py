@@ -13,12 +13,18 @@ environment to a reference.
   cash.
 * Reward: ``log(growth * (1 - cost_rate * turnover))`` over the day the target is held, see ``environment.kernel``.
 * Episode end: never terminated; truncated after ``episode_days`` steps.
-* Randomness: the start day, drawn uniformly by ``self.np_random`` unless
-  ``options={"start_day": t}`` names it.
+* Randomness: the start day, drawn uniformly by ``self.np_random`` unless ``options={"start_date": "YYYY-MM-DD"}``
+  (or ``{"start_day": t}``, a row of the market) names it.
+* ``info``: ``day`` and ``date``, the decision day of the observation returned (from ``reset`` and every ``step``),
+  and after a step its ``turnover`` and ``cost``.
+
+``gymnasium.make("erl_trader/Portfolio-v0", data=PATH, split="train", settings={"env.lookback": 5})`` builds one from
+a data file as a run would (``make_portfolio_env``; ``import environment`` registers it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -43,8 +49,14 @@ class PortfolioEnv(gym.Env):
         episode_days: int,
         cost_rate: float,
         execution_delay: int,
+        report_tradable: bool | None = None,
     ) -> None:
+        """``report_tradable``: the observation holds ``tradable`` (the decision day's prices) even in a market whose
+        assets all trade every day (a point-in-time universe: the space is the same whatever the panel); None: only
+        where some asset-day has no price."""
         super().__init__()
+        if split not in ("train", "validation", "holdout"):
+            raise ValueError(f"split must be train, validation or holdout, got {split!r}")
         self.market = market
         self.episode_days = episode_days
         self.cost_rate = cost_rate
@@ -64,7 +76,8 @@ class PortfolioEnv(gym.Env):
             "window": gym.spaces.Box(low, high, (n, self.gatherer.window_size), np.float32),
             "weights": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),
         }
-        if market.tradable is not None:
+        self.report_tradable = market.tradable is not None if report_tradable is None else report_tradable
+        if self.report_tradable:
             spaces["tradable"] = gym.spaces.MultiBinary(n)
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32)
@@ -74,7 +87,10 @@ class PortfolioEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        if options and "start_day" in options:
+        options = options or {}
+        if "start_date" in options:
+            day = self._day_of(str(options["start_date"]))
+        elif "start_day" in options:
             day = int(options["start_day"])
             if day not in self.starts:
                 raise ValueError(f"start_day {day} outside {self.starts}")
@@ -83,7 +99,24 @@ class PortfolioEnv(gym.Env):
         self._day = day
         self._step = 0
         self._weights = cash_weights((), self.market.num_assets, device=self.market.device)
-        return self._observation(), {"day": day}
+        return self._observation(), self._info()
+
+    def _day_of(self, date: str) -> int:
+        """The market's row of a decision ``date`` that can start an episode here, or a ValueError saying why not."""
+        dates = self.market.dates
+        first, last = dates[self.starts.start], dates[self.starts.stop - 1]
+        if date not in dates:
+            raise ValueError(f"start_date {date} is not a trading day of the data ({dates[0]} to {dates[-1]})")
+        day = dates.index(date)
+        if day not in self.starts:
+            raise ValueError(
+                f"start_date {date} cannot start an episode of {self.episode_days} days in this split: its decisions "
+                f"start from {first} to {last}"
+            )
+        return day
+
+    def _info(self) -> dict[str, Any]:
+        return {"day": self._day, "date": self.market.dates[self._day]}
 
     def step(self, action: np.ndarray):
         target = scores_to_weights(torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device))
@@ -102,7 +135,7 @@ class PortfolioEnv(gym.Env):
         self._day += 1
         self._step += 1
         truncated = self._step >= self.episode_days
-        info = {"day": self._day, "turnover": float(result.turnover), "cost": float(result.costs)}
+        info = {**self._info(), "turnover": float(result.turnover), "cost": float(result.costs)}
         return self._observation(), float(result.rewards), False, truncated, info
 
     def _observation(self) -> dict[str, np.ndarray]:
@@ -110,6 +143,41 @@ class PortfolioEnv(gym.Env):
         # Drift can push a weight a hair outside [0, 1] in float32; the space says [0, 1].
         weights = self._weights.clamp(0.0, 1.0)
         observation = {"window": window.cpu().numpy(), "weights": weights.cpu().numpy().astype(np.float32)}
-        if self.market.tradable is not None:
-            observation["tradable"] = self.market.tradable[self._day].cpu().numpy().astype(np.int8)
+        if self.report_tradable:
+            tradable = self.market.tradable_on(torch.tensor(self._day, device=self.market.device))
+            observation["tradable"] = (
+                np.ones(self.market.num_assets, np.int8) if tradable is None else tradable.cpu().numpy().astype(np.int8)
+            )
         return observation
+
+
+ENV_ID = "erl_trader/Portfolio-v0"
+"""The id under which ``import environment`` registers ``make_portfolio_env`` with gymnasium."""
+
+
+def make_portfolio_env(
+    *, data: str | None = None, split: str = "train", settings: Mapping[str, Any] | None = None
+) -> PortfolioEnv:
+    """A single-portfolio env on the market a run of the ``default`` preset with ``settings`` would build.
+
+    Args:
+        data: a price file, as ``--data`` takes it; None: the bundled data set.
+        split: ``train``, ``validation`` or ``holdout``: the days its episodes trade.
+        settings: dotted config keys, as ``--set`` takes them (``{"env.lookback": 5, "data.universe": "common"}``;
+            a value may be a string as on the command line).
+    """
+    from config import override, preset  # the config is the run's: its presets and checks
+    from environment.loading import load_market
+
+    values = {**({"data.path": str(data)} if data else {}), **dict(settings or {})}
+    config = override(preset("default"), values)
+    env = config.env
+    return PortfolioEnv(
+        load_market(config, torch.device("cpu")),
+        split=split,
+        lookback=env.lookback,
+        episode_days=env.episode_days,
+        cost_rate=env.cost_rate,
+        execution_delay=env.execution_delay,
+        report_tradable=True if config.data.universe == "point_in_time" else None,
+    )

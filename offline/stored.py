@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from config import Config, override
+from environment.loading import load_market
 from environment.market import Market
 from persistence import checkpoint, run_folder
 from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, read_state, state_problem
 from persistence.provenance import market_fingerprint
 from persistence.run_folder import bucket
-from training.setup import load_market
 from utils.errors import CheckpointError, ConfigError, InputError
 
 

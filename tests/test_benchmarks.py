@@ -15,9 +15,9 @@ from benchmarks import checkpoint_blocking, generation_floor, sharded_scaling, t
 from benchmarks.per_agent import run_episodes, single_sample_view, split_population, update_agents
 from benchmarks.selection_designs import Design, Resampled, replay
 from config import override, preset
+from environment.loading import load_market
 from training.loop import Trainer
 from training.selection import SequentialGate, choose_champion, edge_bounds
-from training.setup import load_market
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script's measurement, small
 

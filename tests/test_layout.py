@@ -10,7 +10,7 @@ PACKAGES = ("utils", "config", "environment", "models", "runtime", "persistence"
 MAY_IMPORT = {
     "utils": set(),
     "config": {"utils"},
-    "environment": {"utils"},
+    "environment": {"utils", "config"},  # a market is built from a run's config (environment.loading)
     "models": {"environment", "utils", "config"},
     "runtime": {"models", "utils", "config"},
     "persistence": {"environment", "models", "utils", "config"},

@@ -2,7 +2,7 @@
 
 Which folder, config and generation a run uses is ``persistence.run_folder``'s to decide, with every input checked
 before anything is written; here the trainer is built from that decision, on every process of the run, with its
-device, market and share of the population (``training.setup``, ``runtime``).
+device, market and share of the population (``environment.loading``, ``runtime``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 from config import Config, conventions, describe_conventions
 from environment.features import WARMUP_DAYS
+from environment.loading import load_market
 from environment.market import Market
 from persistence.provenance import describe_device, device_change_note
 from persistence.run_folder import opening
@@ -23,7 +24,6 @@ from persistence.run_folder.uploader import CheckpointUploader
 from runtime.device import resolve_device
 from runtime.sharding import Ranks, Sharding
 from training.loop import Trainer
-from training.setup import load_market
 from training.sizing import check_memory
 
 

@@ -171,10 +171,10 @@ def _integers(text: str, flag: str) -> list[int]:
 def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
     from config import preset
+    from environment.loading import benchmark_label
     from offline.evaluate import LABELS
     from offline.holdout import INDEX
     from runtime.sharding import Ranks
-    from training.setup import benchmark_label
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
 

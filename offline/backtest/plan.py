@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from config import DEFAULTS_CHOSEN_ON, Config, dotted, override, with_current_names, with_earlier_defaults
+from environment.loading import load_market, load_table
 from persistence.provenance import market_fingerprint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
 from training.fitness import training_starts
-from training.setup import load_market, load_table
 from utils.errors import ConfigError, InputError
 
 DEFAULT_FOLDS = 4

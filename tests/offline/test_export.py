@@ -14,13 +14,13 @@ import torch
 
 import main
 from config import Config
+from environment import loading as setup
 from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market, raw_features
 from environment.observation import Observation, WindowGatherer
 from models.networks import Actor
 from offline import bundle, export
 from persistence import checkpoint
-from training import setup
 
 
 def export_cli(capsys, *args) -> tuple[int, str, str]:

@@ -15,13 +15,13 @@ import torch
 
 import main
 from config import Config
+from environment.loading import load_market
 from models.networks import Actor
 from offline import evaluate as report_module
 from offline.bundle import PRECISION
 from offline.bundle import VERSION as ACTOR_FORMAT_VERSION
 from offline.holdout import RANGES, run_range
 from persistence import checkpoint
-from training.setup import load_market
 
 pytestmark = pytest.mark.slow  # its fixture trains a run with bf16 encoders and crowns an agent
 

@@ -100,8 +100,8 @@ def test_a_compiled_day_trades_the_eager_days_numbers_within_tolerance(market, t
     writes) compiled as one function: from the same state and draws, every reward, weight and stored transition of
     a generation's days equals the eager day's to float32's rounding, on a market whose assets all trade and on one
     whose mask closes days."""
+    from environment.loading import load_market
     from training.loop import Trainer
-    from training.setup import load_market
 
     settings = {"runtime.device": "cpu", "learner.buffer_size": 400}
     if market == "paused":

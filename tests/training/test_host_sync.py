@@ -15,8 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import override, preset
+from environment.loading import load_market
 from training.loop import Trainer
-from training.setup import load_market
 
 SYNCING = frozenset(
     {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from config import override, preset
+from environment.loading import load_market
 from training.parts import build_parts
-from training.setup import load_market
 
 
 def smoke(**settings):

@@ -140,8 +140,9 @@ def test_a_size_limit_says_which_tickers_it_left_out(long_file, tmp_path, capsys
     wide = pd.concat([rows, rows.assign(ticker=rows["ticker"].map(lambda t: t + "2"))])
     path = tmp_path / "eight.csv"
     wide[wide["ticker"].isin(["A", "B", "C", "D", "E", "A2", "B2", "C2"])].to_csv(path, index=False)
-    for data, said in ((long_file, None), (path, "left out: B2, C2")):
+    for name, data, said in (("five", long_file, None), ("eight", path, "left out: B2, C2")):
         argv = ["--preset", "smoke", "--data", str(data), "--checkpoint-uri", str(tmp_path / "runs"), "--no-progress"]
+        argv += ["--run-name", name]  # two runs in one second would share a timestamp's name
         assert main.main([*argv, "--device", "cpu", "--generations", "1"]) == 0
         notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data: data.max_assets")]
         assert (notes == []) if said is None else (len(notes) == 1 and said in notes[0] and "6 of 8" in notes[0])

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from config import override, preset
+from environment.loading import load_market
 from training import sizing
-from training.setup import load_market
 from utils.errors import ConfigError
 
 GIB = 1 << 30

@@ -10,9 +10,9 @@ import torch
 
 from config import override
 from environment.features import WARMUP_DAYS
+from environment.loading import load_market
 from offline.backtest.plan import plan_difference, plan_document, plan_folds
 from tests.offline.backtest.builders import small_config
-from training.setup import load_market
 from utils.errors import ConfigError
 
 
