@@ -39,11 +39,22 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message} (see python main.py --help)")
 
 
+COMMANDS = {
+    "inspect": "inspect TARGET [--json] [--plot FILE]: a run or generation's history, champion and integrity",
+    "evaluate": "evaluate TARGET [--out DIR] [--json]: the champion on the holdout against the baselines",
+    "backtest": "backtest [--seeds 0,1,2] [--folds N]: walk-forward runs, one per test year and seed",
+    "export": "export TARGET OUT_DIR: the champion's actor for use elsewhere",
+}
+"""The commands beside training, each with ``python main.py COMMAND --help`` of its own."""
+
+
 def _train_parser() -> argparse.ArgumentParser:
     keys = "\n".join(f"  {key:<34} {doc}" for key, doc in config_module.field_docs().items())
+    commands = "\n".join(f"  python main.py {line}" for line in COMMANDS.values())
     parser = _Parser(
         prog="python main.py",
-        description="Evolve a population of actor-critic (DDPG or TD3) trading agents on daily market data.",
+        description="Evolve a population of actor-critic (DDPG or TD3) trading agents on daily market data.\n\n"
+        f"Without a command it trains; the other commands:\n{commands}",
         epilog=f"config keys for --set:\n{keys}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -197,6 +208,8 @@ def _resume_command(trainer: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["help"]:  # `python main.py help [COMMAND]`, as `--help`
+        argv = [*argv[1:2], "--help"] if argv[1:2] and argv[1] in COMMANDS else ["--help"]
     try:
         if argv and argv[0] in SINGLE_PROCESS_COMMANDS and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise InputError(f"{argv[0]} runs in one process: start it with python, not torchrun")

@@ -6,10 +6,11 @@
 Each job is ``torchrun --standalone --nproc-per-node 2`` (in a network namespace of its own, ``tests/loopback_only.py``)
 of one of these, counted as aborted when it fails with "terminate called" in its output:
 
-* ``train-interpreter``: a smoke run (``--generations``, default 1) of ``main.main`` that ends through the
-  interpreter's teardown (``sys.exit``), as every process did before ``main.exit_process``;
-* ``train-os-exit``: the same run ending as ``python main.py`` does now (``main.exit_process``: ``os._exit`` in a
-  torchrun process, once its output is flushed);
+* ``train-interpreter``: a smoke run (``--generations``, default 1) of the command line that ends through the
+  interpreter's teardown (``sys.exit``), as every process did before ``main.exit_process`` (a small script of its own
+  calls ``main.main``);
+* ``train-os-exit``: the same run of ``main.py`` itself, ending as it does now (``main.exit_process``: ``os._exit``
+  in a torchrun process, once its output is flushed);
 * ``gloo-dynamo``: no training; a gloo process group, one all-reduce, ``torch._dynamo`` imported (as the memory
   check's meta-device update imports it in every run), the group destroyed, the interpreter's teardown;
 * ``gloo``: the same without importing ``torch._dynamo``.
@@ -32,17 +33,28 @@ REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("train-interpreter", "train-os-exit", "gloo-dynamo", "gloo")
 
 
-def worker(variant: str, folder: str, generations: int) -> None:
-    """One process of a job (run by torchrun)."""
-    sys.path.insert(0, str(REPO))
-    if variant.startswith("train"):
-        import main
+INTERPRETER_EXIT = """import sys
+sys.path.insert(0, sys.argv.pop(1))
+import main
+sys.exit(main.main(sys.argv[1:]))  # through the interpreter's teardown, as before main.exit_process
+"""
+"""The ``train-interpreter`` variant's script: the command line's work, ended by ``sys.exit``."""
 
-        train = ["--preset", "smoke", "--generations", str(generations), "--seed", "1", "--no-progress"]
-        code = main.main([*train, "--device", "cpu", "--checkpoint-uri", folder, "--run-name", "abort"])
-        if variant == "train-os-exit":
-            main.exit_process(code)
-        sys.exit(code)
+
+def train_command(variant: str, folder: str, generations: int) -> list[str]:
+    """What torchrun starts in each process of a ``train-*`` job: ``main.py`` itself (its own ending), or the script
+    that ends it through the interpreter's teardown."""
+    train = ["--preset", "smoke", "--generations", str(generations), "--seed", "1", "--no-progress"]
+    train += ["--device", "cpu", "--checkpoint-uri", folder, "--run-name", "abort"]
+    if variant == "train-os-exit":
+        return [str(REPO / "main.py"), *train]
+    script = Path(folder) / "interpreter_exit.py"
+    script.write_text(INTERPRETER_EXIT)
+    return [str(script), str(REPO), *train]
+
+
+def worker(variant: str, folder: str, generations: int) -> None:
+    """One process of a ``gloo*`` job (run by torchrun)."""
     import torch
     import torch.distributed as dist
 
@@ -61,7 +73,10 @@ def job(variant: str, generations: int) -> tuple[str, float]:
 
     with tempfile.TemporaryDirectory(prefix="exit-abort-") as folder:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        worker = [__file__, "--worker", variant, "--folder", folder, "--generations", str(generations)]
+        if variant.startswith("train"):
+            worker = train_command(variant, folder, generations)
+        else:
+            worker = [__file__, "--worker", variant, "--folder", folder, "--generations", str(generations)]
         command = loopback_only.command([*torchrun, *worker])
         env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
         started = time.monotonic()

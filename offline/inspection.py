@@ -202,6 +202,14 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _device(written: dict[str, Any] | None, configured: str | None) -> str | None:
+    """The device that wrote the generation (its name on a GPU) and, when it differs, the one the config named."""
+    if not written:
+        return configured
+    used = written.get("name") or written.get("type")
+    return used if configured in (None, used, written.get("type")) else f"{used} (configured {configured})"
+
+
 def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, Any]:
     """Everything ``inspect`` reports about a target, as a JSON-native dict (the ``--json`` object).
 
@@ -293,6 +301,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
         "files": files,
         "config": config,
         "conventions": _conventions(config),
+        "device": state.get("device"),  # the device that wrote this generation (None before it was recorded)
         "plot": None,
     }
     if located.in_bucket or str(target).startswith("gs://"):  # name the bucket, not the temporary mirror
@@ -397,7 +406,7 @@ def format_report(report: dict[str, Any]) -> str:
         ("lookback", sections["env"].get("lookback")),
         ("episode_days", sections["env"].get("episode_days")),
         ("fitness", sections["evolution"].get("fitness")),
-        ("device", sections["runtime"].get("device")),
+        ("device", _device(report.get("device"), sections["runtime"].get("device"))),
     ]
     lines.append(_line("config", ", ".join(f"{k} {'n/a' if v is None else v}" for k, v in settings)))
     trading = report["conventions"]

@@ -172,6 +172,20 @@ def test_help_lists_every_config_key_with_its_meaning(tmp_path):
     assert result.returncode == 0
     assert "learner.tau" in result.stdout
     assert "Polyak coefficient" in result.stdout
+    for command in ("inspect", "evaluate", "backtest", "export"):  # the commands beside training, each named
+        assert f"python main.py {command} " in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [(["help"], "usage: python main.py [-h]"), (["help", "evaluate"], "usage: python main.py evaluate")],
+)
+def test_help_as_a_word_is_the_help_of_training_or_of_the_command_named(argv, usage, capsys):
+    import main
+
+    with pytest.raises(SystemExit) as exited:
+        main.main(argv)
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith(usage)
 
 
 @pytest.mark.slow

@@ -442,3 +442,18 @@ def test_a_td3_checkpoint_is_hashed_and_counted_with_its_twin_critic(capsys, tmp
     changed = {**tensors, twin: tensors[twin] + 1}
     networks, _ = inspection.networks_of(report["config"], tensors)
     assert inspection.params_sha256(changed, networks) != report["params_sha256"]
+
+
+def test_the_device_shown_is_the_one_that_wrote_the_generation(capsys, smoke_run):
+    """The state document records the device that wrote a generation: inspect shows it, and the configured one beside
+    it where they differ (``auto`` is whatever the machine had)."""
+    from offline.inspection import _device
+
+    status, report = inspect_json(capsys, smoke_run)
+    assert status == 0 and report["device"]["type"] == "cpu"
+    assert "fitness mean_log_return, device cpu\n" in inspect(capsys, smoke_run)[1]  # configured cpu: no note
+    h200 = {"type": "cuda", "name": "NVIDIA H200", "torch": "2.11.0"}
+    assert _device(h200, "auto") == "NVIDIA H200 (configured auto)"
+    assert _device(h200, "cuda") == "NVIDIA H200"
+    assert _device({"type": "cpu"}, "auto") == "cpu (configured auto)"
+    assert _device(None, "auto") == "auto"  # a generation written before the device was recorded
