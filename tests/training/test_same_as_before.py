@@ -1,5 +1,6 @@
 """With the conventions of earlier versions (fills at the close observed, the common universe, the built-in features,
-cash at 0), a run's results are those of the version before they could be changed, bit for bit.
+cash at 0), a run's results are those of the version before they could be changed, bit for bit; and the default run at
+delays 1 and 2 trains the numbers of the code before the generation was made faster (1c6d6df), bit for bit.
 
 The earlier version is commit 2660d34, run here: ``tests/training/reference_run.py`` prints the same small CPU run's
 figures in a copy of that commit's tree (it imports the ``main`` two folders above it) and in this one. CPU kernels
@@ -10,6 +11,7 @@ The commit comes from this clone's history; a shallow clone lacks it, and the te
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -55,25 +57,43 @@ def git(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, check=False)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The reference commit's figures, run once per module in a copy of its tree with the current run script."""
+@contextlib.contextmanager
+def tree_of(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A copy of ``commit``'s tree with the current run script, removed afterwards."""
     checkout = git("rev-parse", "--git-dir")
     assert checkout.returncode == 0, f"{ROOT} is not a git checkout: {checkout.stderr.decode().strip()}"
-    if git("cat-file", "-e", f"{REFERENCE_COMMIT}^{{commit}}").returncode != 0:
-        pytest.skip(f"commit {REFERENCE_COMMIT[:7]} is not in this clone's history (shallow?): git fetch --unshallow")
-    tree = tmp_path_factory.mktemp("reference") / REFERENCE_COMMIT[:7]
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        pytest.skip(f"commit {commit[:7]} is not in this clone's history (shallow?): git fetch --unshallow")
+    tree = tmp_path_factory.mktemp("reference") / commit[:7]
     try:
-        archive = git("archive", "--format=tar", REFERENCE_COMMIT)
-        assert archive.returncode == 0, f"git archive {REFERENCE_COMMIT[:7]}: {archive.stderr.decode().strip()}"
+        archive = git("archive", "--format=tar", commit)
+        assert archive.returncode == 0, f"git archive {commit[:7]}: {archive.stderr.decode().strip()}"
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tree, filter="data")
         (tree / SCRIPT).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / SCRIPT, tree / SCRIPT)
-        # The reference commit has none of the settings the tests vary: its conventions are the earlier ones.
-        yield run_in(tree)
+        yield tree
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The reference commit's figures, run once per module in a copy of its tree with the current run script."""
+    with tree_of(REFERENCE_COMMIT, tmp_path_factory) as tree:
+        # The reference commit has none of the settings the tests vary: its conventions are the earlier ones.
+        yield run_in(tree)
+
+
+SPEED_COMMIT = "1c6d6df"
+"""The commit before the generation was made faster (issue 45: the gate on the device, the day's relatives made once,
+the compiled whole day, the freed host memory kept): on a panel whose assets all trade, nothing it learns changed."""
+
+
+@pytest.fixture(scope="module")
+def before_the_speed_work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with tree_of(SPEED_COMMIT, tmp_path_factory) as tree:
+        yield tree
 
 
 @pytest.mark.slow
@@ -92,3 +112,13 @@ def test_the_default_fills_a_day_later_and_so_trains_other_numbers(reference):
     # Equal weight's trades do not depend on what it observes: from cash, it makes the same ones a day later.
     for name in ("validation", "holdout"):
         assert got["metrics"][name]["equal_weight"] == reference["metrics"][name]["equal_weight"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [1, 2])
+def test_the_faster_generation_trains_the_numbers_of_before_at_every_delay(before_the_speed_work, delay):
+    """The default run (the point-in-time universe on the bundled data, whose stocks all trade every day) at delays 1
+    and 2 (0 is the test above's): parameters, every generation's fitness, validation and loss, and the evaluation's
+    figures equal those of the code before the speed work, bit for bit, run on this machine."""
+    setting = f"env.execution_delay={delay}"
+    assert run_in(ROOT, setting) == run_in(before_the_speed_work, setting)
