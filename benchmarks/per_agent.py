@@ -19,7 +19,7 @@ import dataclasses
 
 import torch
 
-from environment.kernel import cash_weights, decision_step
+from environment.kernel import cash_weights, trade
 from environment.market import Market
 from environment.observation import WindowGatherer
 from models.learner import Learner
@@ -108,15 +108,8 @@ def run_episodes(
                 if exploring is not None and exploring[e]:
                     logits = logits + stdev * torch.randn(logits.shape, generator=generator, device=device)
                 action = torch.softmax(logits, dim=-1)
-                fill = torch.tensor(day + execution_delay, device=device)
-                result = decision_step(
-                    weights,
-                    action,
-                    market.day_relatives(fill + 1),
-                    cost_rate=cost_rate,
-                    fill_relatives=market.day_relatives(fill) if execution_delay else None,
-                    tradable=market.tradable_on(fill),
-                )
+                fill = market.fill(torch.tensor(day, device=device), execution_delay=execution_delay)
+                result = trade(weights, action, fill, cost_rate=cost_rate)
                 if store is not None:
                     store.add(day, weights, action, result.rewards, result.next_weights)
                 totals[a, e] += result.rewards

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from environment.kernel import cash_weights, decision_step, scores_to_weights
+from environment.kernel import cash_weights, scores_to_weights, trade
 from environment.market import Market
 from environment.observation import WindowGatherer
 from environment.vector_env import episode_starts
@@ -120,17 +120,10 @@ class PortfolioEnv(gym.Env):
 
     def step(self, action: np.ndarray):
         target = scores_to_weights(torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device))
-        fill = self._day + self.execution_delay
-        result = decision_step(
-            self._weights,
-            target,
-            self.market.day_relatives(torch.tensor(fill + 1, device=self.market.device)),
-            cost_rate=self.cost_rate,
-            fill_relatives=None
-            if self.execution_delay == 0
-            else self.market.day_relatives(torch.tensor(fill, device=self.market.device)),
-            tradable=self.market.tradable_on(torch.tensor(fill, device=self.market.device)),
+        fill = self.market.fill(
+            torch.tensor(self._day, device=self.market.device), execution_delay=self.execution_delay
         )
+        result = trade(self._weights, target, fill, cost_rate=self.cost_rate)
         self._weights = result.next_weights
         self._day += 1
         self._step += 1

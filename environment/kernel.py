@@ -119,6 +119,28 @@ def decision_step(
     return portfolio_step(before, target, relatives, cost_rate=cost_rate, next_weights=filled)
 
 
+class Fill(NamedTuple):
+    """What a decision meets at its fill, market data by the decision's day (``environment.market.Market.fill``): the
+    one place the days after a decision are counted, for every environment and the learner's model of the step."""
+
+    held: torch.Tensor
+    """(..., N + 1) the relatives of the day after the fill, cash first: what the target earns."""
+    drift: torch.Tensor | None = None
+    """(..., N + 1) the relatives of the fill day, through which the previous order drifts before the target fills;
+    None when it fills at the close the decision observed (``env.execution_delay`` 0)."""
+    tradable: torch.Tensor | None = None
+    """(..., N) the assets that can trade at the fill; None when all always can."""
+
+
+def trade(weights: torch.Tensor, target: torch.Tensor, fill: Fill, *, cost_rate: float) -> StepResult:
+    """The fill rule: a decision's ``target`` (..., N + 1) traded from the ``weights`` it saw at its ``fill``, and the
+    day it earns (``decision_step``). The vectorised env, the gymnasium env and the learner's model objective all
+    trade through it."""
+    return decision_step(
+        weights, target, fill.held, cost_rate=cost_rate, fill_relatives=fill.drift, tradable=fill.tradable
+    )
+
+
 def cash_weights(shape: tuple[int, ...], num_assets: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
     """All-cash weights of the given leading shape: (*shape, N + 1)."""
     weights = torch.zeros(*shape, num_assets + 1, device=device)

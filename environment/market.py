@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from environment.kernel import with_cash
+from environment.kernel import Fill, with_cash
 
 TRADING_DAYS = 252
 """Trading days in a year: what annual figures and rates are converted with."""
@@ -99,6 +99,14 @@ class Market:
         """The relatives of ``days + ahead`` (``days`` (...)), cash first: (..., N + 1). ``ahead`` shifts a view, so
         the days a step reads after its decision cost no addition."""
         return self._with_cash[ahead:][days]
+
+    def fill(self, days: torch.Tensor, *, execution_delay: int) -> Fill:
+        """What decisions made on ``days`` (...) meet at their fill, ``execution_delay`` days later (``Fill``)."""
+        return Fill(
+            held=self.day_relatives(days, ahead=execution_delay + 1),  # (..., N + 1)
+            drift=None if execution_delay == 0 else self.day_relatives(days, ahead=execution_delay),
+            tradable=self.tradable_on(days, ahead=execution_delay),
+        )
 
     def tradable_on(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor | None:
         """(..., N) the assets that can trade on ``days + ahead`` (``days`` (...)); None when every asset always can."""

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from environment.kernel import decision_step, drift, equal_tradable_weights
+from environment.kernel import drift, equal_tradable_weights, trade
 from environment.market import Market, first_decision
 from environment.observation import Observation, WindowGatherer
 
@@ -146,15 +146,8 @@ class VectorPortfolioEnv:
         weights and days are written in place (the next observation is gathered by ``observe`` or
         ``observe_block``). Returns the day's transitions, or None without ``transition`` (validation keeps only the
         histories, and copies nothing for a replay buffer)."""
-        delay, market = self.execution_delay, self.market
-        result = decision_step(
-            self.weights,
-            actions,
-            market.day_relatives(self._days, ahead=delay + 1),  # (E, N + 1) the day the target is held
-            cost_rate=self.cost_rate,
-            fill_relatives=None if delay == 0 else market.day_relatives(self._days, ahead=delay),
-            tradable=market.tradable_on(self._days, ahead=delay),
-        )
+        fill = self.market.fill(self._days, execution_delay=self.execution_delay)  # each tensor (E, ...)
+        result = trade(self.weights, actions, fill, cost_rate=self.cost_rate)
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
         self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
         step = None

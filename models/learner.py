@@ -22,7 +22,7 @@ The actor has two objectives:
   and its errors are what the actor climbs.
 * ``model``: the market is exogenous (a trade moves no price), so the day after a recorded decision is known for
   *any* action: maximise ``r(s, a) + gamma * Q1(s', actor(s'))`` with ``a = actor(s)``, where ``r`` and the next
-  weights in ``s'`` come from ``environment.kernel.decision_step`` on the recorded price relatives, differentiated
+  weights in ``s'`` come from ``environment.kernel.trade`` on the recorded price relatives, differentiated
   exactly. Only the value of the days after that comes from the critic (a one-step value expansion). Costs are in
   ``r``, so every gradient weighs a trade against what it pays.
 
@@ -42,7 +42,7 @@ from typing import NamedTuple
 import torch
 
 from config import Config, LearnerConfig, ModelConfig
-from environment.kernel import decision_step
+from environment.kernel import trade
 from models.networks import Actor, Critic
 from models.optim import BatchedAdam
 from models.replay import ReplayBatch
@@ -223,14 +223,7 @@ class Learner:
         gamma = self.settings.gamma
         actions = self.actor(batch.obs)  # (P, B, N + 1)
         if self.settings.actor_objective == "model":
-            step = decision_step(
-                batch.obs.weights,
-                actions,
-                batch.next_relatives,
-                cost_rate=self.cost_rate,
-                fill_relatives=batch.fill_relatives,
-                tradable=batch.fill_tradable,
-            )
+            step = trade(batch.obs.weights, actions, batch.fill, cost_rate=self.cost_rate)
             value = step.rewards  # (P, B)
             if gamma > 0:
                 next_obs = batch.next_obs._replace(weights=step.next_weights)  # the day after this action

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 
+from environment.kernel import Fill
 from environment.market import Market
 from environment.observation import Observation, WindowGatherer
 from models.share import Share
@@ -48,14 +49,9 @@ class ReplayBatch(NamedTuple):
     """(P, B) float, 1 where the episode ended for good (no bootstrap)."""
     truncated: torch.Tensor
     """(P, B) float, 1 where the window ended (bootstrap through it)."""
-    next_relatives: torch.Tensor
-    """(P, B, N + 1) the price relatives the step earned (the day after its fill), cash first: the market is exogenous,
-    so the reward of any other action on that day follows from them (``environment.kernel.decision_step``)."""
-    fill_relatives: torch.Tensor | None = None
-    """(P, B, N + 1) the relatives of the fill day, through which the previous order drifts; None when targets fill at
-    the close they observed (``env.execution_delay`` 0)."""
-    fill_tradable: torch.Tensor | None = None
-    """(P, B, N) bool, the assets that could trade at the fill; None when all always can."""
+    fill: Fill
+    """What each transition's decision met at its fill, each tensor (P, B, ...): the market is exogenous, so the reward
+    of any other action follows from it (``environment.kernel.trade``)."""
 
 
 class ReplayBuffer:
@@ -196,7 +192,6 @@ class ReplayBuffer:
         """The transitions at buffer positions ``index`` (P, B), observations rebuilt from the features."""
         s = self.storage
         days = s["days"][index].long()  # (P, B)
-        delay, market = self.execution_delay, self.market
         return ReplayBatch(
             obs=self.gatherer.observe(days, s["weights"][index], out=self._windows),
             actions=s["actions"][index],
@@ -208,9 +203,7 @@ class ReplayBuffer:
             ),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
-            next_relatives=market.day_relatives(days, ahead=delay + 1),
-            fill_relatives=None if delay == 0 else market.day_relatives(days, ahead=delay),
-            fill_tradable=market.tradable_on(days, ahead=delay),
+            fill=self.market.fill(days, execution_delay=self.execution_delay),
         )
 
     def state(self) -> ReplayState:

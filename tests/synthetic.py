@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from environment.kernel import Fill
 from environment.market import Market, Splits
 
 
@@ -110,8 +111,7 @@ def replay_batch(
         next_obs=Observation(next_windows.to(dtype), next_weights.to(dtype)),
         terminated=torch.full(shape, terminated, dtype=dtype),
         truncated=torch.full(shape, truncated, dtype=dtype),
-        next_relatives=next_relatives.to(dtype),
-        fill_relatives=None if fill_relatives is None else fill_relatives.to(dtype),
+        fill=Fill(next_relatives.to(dtype), None if fill_relatives is None else fill_relatives.to(dtype)),
     )
 
 

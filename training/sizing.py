@@ -32,6 +32,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import Config
+from environment.kernel import Fill
 from environment.market import Market
 from environment.observation import Observation, window_size
 from models.learner import Learner, build_learner
@@ -186,8 +187,7 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
         next_obs=Observation(empty(num_assets, window), empty(n1)),
         terminated=empty(),
         truncated=empty(),
-        next_relatives=empty(n1),
-        fill_relatives=empty(n1) if config.env.execution_delay else None,
+        fill=Fill(held=empty(n1), drift=empty(n1) if config.env.execution_delay else None),
     )
     with _no_cache_left_behind(), PeakBytes() as peak:
         learner.update(batch)

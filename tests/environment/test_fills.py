@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,3 +183,42 @@ def test_the_gymnasium_env_says_which_assets_trade_and_passes_the_checker():
     env.step(torch.ones(market.num_assets + 1).numpy())  # scores on every asset: asset 1's weight stays in cash
     observation, *_ = env.step(torch.ones(market.num_assets + 1).numpy())
     assert observation["weights"][2] == 0.0 and observation["weights"][0] == pytest.approx(0.4)
+
+
+def test_every_environment_and_the_learner_trade_through_the_one_fill_rule(monkeypatch):
+    """``environment.kernel.trade`` is the fill rule: the vectorised env, the gymnasium env and the learner's model
+    objective call it (with what ``Market.fill`` says a decision meets), and nothing else trades."""
+    import environment.gym_env as gym_env
+    import environment.vector_env as vector_env
+    import models.learner as learner_module
+    from config import override, preset
+    from environment import kernel
+    from environment.loading import load_market
+    from training.loop import Trainer
+
+    calls: list[str] = []
+
+    def counted(where):
+        def wrapped(weights, target, fill, *, cost_rate):
+            assert isinstance(fill, kernel.Fill)
+            calls.append(where)
+            return kernel.trade(weights, target, fill, cost_rate=cost_rate)
+
+        return wrapped
+
+    for module, where in ((vector_env, "vector"), (gym_env, "gym"), (learner_module, "learner")):
+        monkeypatch.setattr(module, "trade", counted(where))
+    for module in (vector_env, gym_env, learner_module):  # none trades by the arithmetic itself
+        assert not hasattr(module, "decision_step") and not hasattr(module, "portfolio_step")
+    config = override(preset("smoke"), {"runtime.device": "cpu", "learner.learning_starts": 1})
+
+    market = load_market(config, torch.device("cpu"))
+    with tempfile.TemporaryDirectory() as folder:
+        trainer = Trainer(config, market, Path(folder), log=lambda line: None)
+        trainer.rollouts.run(trainer.rollouts.sample_starts())
+        trainer.update_phase.step()
+        trainer.checkpoints.close()
+    env = gym_env.PortfolioEnv(market, lookback=16, episode_days=3, cost_rate=0.001, execution_delay=1)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    assert {"vector", "gym", "learner"} <= set(calls)

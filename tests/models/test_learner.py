@@ -134,7 +134,7 @@ def test_model_objective_climbs_the_exact_reward_at_gamma_zero():
     learner = _learner(seed=8, gamma=0.0, actor_objective="model", max_grad_norm=0.0, cost_rate=cost)
     actor = learner.actor
     actions = actor(batch.obs)
-    reward = portfolio_step(batch.obs.weights, actions, batch.next_relatives, cost_rate=cost).rewards
+    reward = portfolio_step(batch.obs.weights, actions, batch.fill.held, cost_rate=cost).rewards
     expected_loss = -reward.mean(dim=1)
     expected_grads = torch.autograd.grad(expected_loss.sum(), list(actor.parameters()))
     losses = learner.update(batch)

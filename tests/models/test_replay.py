@@ -137,8 +137,8 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
         if t + 1 < days:
             assert torch.equal(batch.next_obs.weights, seen[t + 1][1])
         # The price relatives of the day each action earned: what the 'model' objective replays.
-        assert torch.equal(batch.next_relatives[..., 1:], market.relatives[step.days + 1].expand(agents, -1, -1))
-        assert (batch.next_relatives[..., 0] == 1).all()
+        assert torch.equal(batch.fill.held[..., 1:], market.relatives[step.days + 1].expand(agents, -1, -1))
+        assert (batch.fill.held[..., 0] == 1).all()
         assert torch.equal(batch.truncated, torch.full((agents, episodes), float(t == days - 1)))
         assert not batch.terminated.any()
 
@@ -309,14 +309,14 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
         step, obs = env.step(random_simplex(agents, episodes, market.num_assets + 1, generator=g))
         buffer.add(**step._asdict(), terminated=False)
     batch = buffer.gather(torch.arange(agents * episodes * days).view(agents, -1))
-    assert (batch.fill_relatives is None) == (delay == 0) and (batch.fill_tradable is None) == (not masked)
+    assert (batch.fill.drift is None) == (delay == 0) and (batch.fill.tradable is None) == (not masked)
     again = decision_step(
         batch.obs.weights,
         batch.actions,
-        batch.next_relatives,
+        batch.fill.held,
         cost_rate=0.002,
-        fill_relatives=batch.fill_relatives,
-        tradable=batch.fill_tradable,
+        fill_relatives=batch.fill.drift,
+        tradable=batch.fill.tradable,
     )
     torch.testing.assert_close(again.rewards, batch.rewards, rtol=0, atol=1e-6)
     torch.testing.assert_close(again.next_weights, batch.next_obs.weights)  # the state the next decision saw
