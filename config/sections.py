@@ -41,9 +41,11 @@ class DataConfig:
     end: str = ""
     """Last date to use (YYYY-MM-DD); empty means the file's last date."""
     max_fill_days: int = 5
-    """Longest run of missing days inside a ticker that is forward-filled; longer: untradable (common: an error)."""
+    """Longest run of missing days that carries the last price: for features only (point_in_time); traded (common)."""
     universe: Universe = "point_in_time"
     """point_in_time: each ticker trades from its first price to its last; common: only the dates all tickers share."""
+    delisting_return: float = 0.0
+    """A holding's return the day after its ticker's last price, where the file gives no delisting_return (-1: all)."""
     features: tuple[str, ...] = ()
     """Features to observe: built-in names, numeric columns of a long data file, builtin (all six); empty: builtin."""
     benchmark: str = ""
@@ -61,6 +63,9 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_fill_days >= 0, "data.max_fill_days", "must be >= 0")
+        _require(
+            -1.0 <= self.delisting_return <= 10.0, "data.delisting_return", "must be a return in [-1, 10]: -0.3 is -30%"
+        )
         _require(self.max_assets >= 0, "data.max_assets", "must be >= 0")
         _require(self.validation_days >= 1, "data.validation_days", "must be >= 1")
         _require(self.holdout_days >= 1, "data.holdout_days", "must be >= 1")
@@ -396,6 +401,7 @@ def conventions(config: Config) -> dict[str, Any]:
         "features": list(data.features) or ["builtin"],
         "cash": data.risk_free or env.cash_rate,
         "benchmark": data.benchmark or ("bundled" if not data.path else None),
+        "delisting_return": data.delisting_return,
     }
 
 
@@ -410,7 +416,10 @@ def describe_conventions(values: dict[str, Any]) -> str:
     cash = values["cash"]
     earns = f"cash earns {cash * 100:g}%/y" if isinstance(cash, (int, float)) else f"cash earns {cash}"
     features = ",".join(values["features"])
-    return f"{fills} | universe {values['universe']} | features {features} | {earns}"
+    line = f"{fills} | universe {values['universe']} | features {features} | {earns}"
+    if values["universe"] == "point_in_time" and "delisting_return" in values:  # recorded since it existed
+        line += f" | a delisting pays {values['delisting_return'] * 100:g}% where the file gives no return"
+    return line
 
 
 def field_docs() -> dict[str, str]:

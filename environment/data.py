@@ -23,9 +23,13 @@ unselected ticker traded) are dropped, with a note. Then the ``universe`` rule a
   longer run is a ``DataError`` naming the ticker and the dates. Every price is finite and positive.
 * ``"point_in_time"``: every row is kept, so a ticker that lists or delists mid-sample neither
   shortens the others' history nor survives where it did not trade. Each ticker lives from its first
-  to its last price and is NaN outside that range; inside it a short run is forward-filled as above
-  and a longer run stays NaN (untradable days), each with a note. ``PriceTable.tradable`` is False
-  wherever a price is NaN; present prices are finite and positive.
+  to its last price and is NaN outside that range. Inside it, a day without a price is untradable
+  whatever the gap's length (nobody knows on its first day how long a halt will last):
+  ``PriceTable.tradable`` (``quoted``) is False there. A run of at most ``max_fill_days`` such days
+  carries the last price forward in ``prices`` for the features' sake only; a longer run stays NaN;
+  each with a note. A long file may give a ``delisting_return`` (or ``dlret``) column: on a ticker's
+  last row, what holders received after its last close (CRSP's convention), in
+  ``PriceTable.delisting_returns``.
 
 User columns (``columns``): other numeric columns of a long file, such as volume or the user's own
 signal, loaded per asset on the table's dates and tickers. A value is forward-filled within its
@@ -74,6 +78,9 @@ _PRICE_NAMES = (
     ("price", ("price",)),
 )
 _OHLCV_NAMES = {"open", "high", "low", "volume", "close", "adjclose", "adjustedclose"}
+_DELISTING_NAMES = ("delistingreturn", "dlret")
+"""A long file's delisting return column (normalised names): on a ticker's last row, the return from its last close
+to what holders received (CRSP's convention)."""
 _READ_ERRORS = (ValueError, TypeError, OSError, EOFError, UnicodeDecodeError, zlib.error, pd.errors.ParserError)
 
 UNIVERSES = ("common", "point_in_time")
@@ -82,6 +89,8 @@ _SERIES_VALUES = {"benchmark": "benchmark level", "risk_free": "risk-free rate"}
 _MAX_NOTED = 10
 """More tickers than this that start late or end early are summed up in one note."""
 _MAX_SHOWN = 3
+_DELISTING_KEY = "\0delisting_return"
+"""The loader's own name for a long file's delisting return column among the columns it reads (no user's name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +113,12 @@ class PriceTable:
     """The rule that made the table: "common" (no NaN) or "point_in_time" (NaN outside a ticker's life)."""
     columns: Mapping[str, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
     """User columns by the name they were asked by: (T, N) float64, NaN where no value is known."""
+    quoted: np.ndarray | None = None
+    """(T, N) bool, where the file has a price that day (a day whose price a short gap carried forward has none);
+    None: wherever ``prices`` is not NaN."""
+    delisting_returns: np.ndarray | None = None
+    """(N,) float64, each ticker's delisting return from the file (on its last row), NaN where it gives none; None: a
+    file without such a column."""
 
     def __post_init__(self) -> None:
         num_days, num_assets = len(self.dates), len(self.tickers)
@@ -141,8 +156,9 @@ class PriceTable:
 
     @property
     def tradable(self) -> np.ndarray:
-        """(T, N) bool, True where the asset has a price (after the short-gap fill); all True under common."""
-        return ~np.isnan(self.prices)
+        """(T, N) bool, True where the asset has a price that day (``quoted``); all True under common, whose short gaps
+        are carried forward and trade."""
+        return ~np.isnan(self.prices) if self.quoted is None else self.quoted
 
 
 def load_prices(
@@ -186,13 +202,16 @@ def load_prices(
     frame, values, notes = _load_wide(
         file, tickers=tickers, start=start, end=end, max_assets=max_assets, columns=requested
     )
+    delisting = values.pop(_DELISTING_KEY, None)  # (S, N), the file's delisting returns, if it has them
     life = _lives(frame)
     source_dates = frame.index
+    quoted = None
     if universe == "common":
         frame = _close_gaps(frame, file, max_fill_days, notes)
     else:
-        frame = _close_gaps_point_in_time(frame, file, max_fill_days, notes)
+        frame, quoted = _close_gaps_point_in_time(frame, file, max_fill_days, notes)
     aligned = _align_columns(values, life, source_dates, frame.index, file, notes)
+    delisting_returns = None if delisting is None else _delisting_returns(delisting, life, file)
 
     prices = frame.to_numpy(dtype=np.float64, copy=True)
     benchmark = _bundled_benchmark(frame.index) if bundled else None
@@ -206,7 +225,25 @@ def load_prices(
         notes=tuple(notes),
         universe=universe,
         columns=MappingProxyType(aligned),
+        quoted=quoted,
+        delisting_returns=delisting_returns,
     )
+
+
+def _delisting_returns(values: pd.DataFrame, life: np.ndarray, file: Path) -> np.ndarray:
+    """(N,) each ticker's delisting return, the value on its last priced row (NaN where the file gives none there);
+    one below -1 (more than the whole holding lost) is an error."""
+    array = values.to_numpy(dtype=np.float64)  # (S, N)
+    last = len(life) - 1 - life[::-1].argmax(axis=0)  # (N,) each ticker's last priced row
+    returns = array[last, np.arange(array.shape[1])]
+    bad = np.flatnonzero(returns < -1.0)
+    if len(bad):
+        ticker = values.columns[int(bad[0])]
+        raise DataError(
+            f"{file}: delisting return {returns[bad[0]]:g} for ticker {ticker} is below -1 (a holding cannot lose more "
+            "than all of it)"
+        )
+    return returns
 
 
 def load_series(
@@ -313,6 +350,10 @@ def _load_wide(
     else:
         price_col = _find_price_column(raw, file, exclude=(date_col, ticker_col))
         sources = _match_columns(columns, raw, file, exclude=(date_col, ticker_col))
+        delisting_col = next((c for c in raw.columns if normalised[c] in _DELISTING_NAMES), None)
+        if delisting_col is not None and delisting_col not in sources:
+            sources.append(delisting_col)
+            columns = (*columns, _DELISTING_KEY)
         frame = pd.DataFrame(
             {
                 "ticker": _parse_tickers(raw[ticker_col], file, ticker_col, where),
@@ -772,8 +813,11 @@ def _close_gaps(frame: pd.DataFrame, file: Path, max_fill_days: int, notes: list
     return frame.ffill()
 
 
-def _close_gaps_point_in_time(frame: pd.DataFrame, file: Path, max_fill_days: int, notes: list[str]) -> pd.DataFrame:
-    """Applies the point-in-time universe's gap policy (module docstring); NaN is left where no price is known."""
+def _close_gaps_point_in_time(
+    frame: pd.DataFrame, file: Path, max_fill_days: int, notes: list[str]
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Applies the point-in-time universe's gap policy (module docstring); NaN is left where no price is known, and
+    the days a short gap carries forward (for the features) are not quoted: (frame, quoted (T, N))."""
     frame, missing = _drop_empty_rows(frame, file, notes)
     dates = frame.index
     tickers = list(frame.columns)
@@ -790,8 +834,9 @@ def _close_gaps_point_in_time(frame: pd.DataFrame, file: Path, max_fill_days: in
             fill[begin : begin + length, j] = True
         if short:
             notes.append(
-                f"{ticker}: forward-filled {sum(n for _, n in short)} missing day(s) in {len(short)} gap(s), "
-                f"longest {max(n for _, n in short)}, first on {_iso(dates[short[0][0]])}"
+                f"{ticker}: no price on {sum(n for _, n in short)} day(s) in {len(short)} gap(s) of at most "
+                f"max_fill_days={max_fill_days} (untradable, the features carry the last price), longest "
+                f"{max(n for _, n in short)}, first on {_iso(dates[short[0][0]])}"
             )
         if long:
             shown = "; ".join(
@@ -805,7 +850,7 @@ def _close_gaps_point_in_time(frame: pd.DataFrame, file: Path, max_fill_days: in
     prices = frame.to_numpy(dtype=np.float64, copy=True)
     # A short run starts after the ticker's first price, so the fill takes the price before the run.
     prices[fill] = frame.ffill().to_numpy(dtype=np.float64)[fill]
-    return pd.DataFrame(prices, index=dates, columns=tickers)
+    return pd.DataFrame(prices, index=dates, columns=tickers), ~missing
 
 
 def _drop_empty_rows(frame: pd.DataFrame, file: Path, notes: list[str]) -> tuple[pd.DataFrame, np.ndarray]:

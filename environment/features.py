@@ -169,6 +169,7 @@ def build_market(
     execution_delay: int = 0,
     cash_rate: float = 0.0,
     risk_free: np.ndarray | None = None,
+    delisting_return: float = 0.0,
     device: torch.device | str = "cpu",
 ) -> Market:
     """Builds the features, relatives and splits of a price table, on ``device``.
@@ -184,6 +185,8 @@ def build_market(
         cash_rate: what cash earns, an annual rate.
         risk_free: (rows of ``table``,) cash's annual rate by day, instead of ``cash_rate``; a day's rate is known at
             its close and earned over the next day.
+        delisting_return: what a holding earns on the first day after its ticker's last price when the file gives
+            no delisting return for it (``data.delisting_return``).
 
     Raises:
         DataError: the table has too few rows for one training episode plus validation and holdout, or a feature
@@ -262,7 +265,16 @@ def build_market(
         std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)
         names, definitions = (*names, TRADABLE), [*definitions, TRADABLE_DEFINITION]
 
-    relatives = _relatives(table.prices)  # (T, N)
+    # A day without a price earns nothing and the day trading resumes earns the move from the last price; the first
+    # day after a ticker's last price pays its delisting return to whoever holds it then.
+    levels = pd.DataFrame(table.prices).ffill().to_numpy()  # (rows, N): the last price carried through every gap
+    relatives = _relatives(levels)  # (T, N)
+    last_day = _last_days(table.tradable)  # (N,) each ticker's last quoted row of the table
+    delisted = np.flatnonzero((last_day < table.num_days - 1) & (last_day + 1 >= WARMUP_DAYS))
+    if len(delisted):
+        given = table.delisting_returns
+        paid = [delisting_return if given is None or np.isnan(given[j]) else given[j] for j in delisted]
+        relatives[last_day[delisted] + 1 - WARMUP_DAYS, delisted] = (1.0 + np.asarray(paid)).astype(np.float32)
     benchmark = None if table.benchmark is None else _relatives(table.benchmark)  # (T,)
     cash = _cash_relatives(table.num_days, cash_rate, risk_free)
     device = torch.device(device)
@@ -278,6 +290,9 @@ def build_market(
         benchmark_label=table.benchmark_label,
         tradable=None if tradable is None else _to_tensor(tradable, device),
         tradable_fraction=1.0 if tradable is None else float(tradable.mean()),
+        last_day=None
+        if (last_day >= table.num_days - 1).all()
+        else torch.as_tensor(last_day - WARMUP_DAYS, dtype=torch.long, device=device),
         cash_relatives=None if cash is None else _to_tensor(cash, device),
         feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
         feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)
@@ -336,6 +351,11 @@ def _definition(name: str) -> str:
     if name in BUILT_IN_FEATURES:
         return BUILT_IN_FEATURES[name].definition
     return f"the data file's column {name!r}, its value dated t known at the close of t (the last one carried on)"
+
+
+def _last_days(quoted: np.ndarray) -> np.ndarray:
+    """(N,) each asset's last row with a price (``quoted`` (T, N))."""
+    return len(quoted) - 1 - quoted[::-1].argmax(axis=0)
 
 
 def _relatives(levels: np.ndarray) -> np.ndarray:

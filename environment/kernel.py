@@ -17,9 +17,14 @@ A decision's step (``decision_step``) is that step at the close its target fills
 decision observed (``env.execution_delay`` 0), the decision's weights are the holdings then. When it fills later, the
 weights a decision sees are the previous order's (each order is the whole portfolio, so the orders still pending
 before it do not change what it earns): that order drifts through the fill day, then this one replaces it. Either way
-every day's return is earned by exactly one decision, the one whose target is held through it. A target's weight on
-an asset that cannot trade at the fill (no price that day) stays in cash; a holding in such an asset is sold at the
-value it last had, with costs.
+every day's return is earned by exactly one decision, the one whose target is held through it.
+
+Assets without a price (``trade``'s ``Fill``, ``fill_untradable``): no order fills at a price nobody quoted. At a fill,
+an asset without a price that day keeps what is held in it (a halted holding frozen at its last value, nothing in one
+not listed yet), and the target's other weights, cash included, are scaled to fill the rest; whoever holds a halted
+asset when trading resumes earns the move from its last price (the market's relative of that day). After a ticker's
+last price its holding earns the delisting return on the first day without one and is paid out in cash at the next
+fill, without a trade's cost.
 """
 
 from __future__ import annotations
@@ -80,11 +85,26 @@ def drift(weights: torch.Tensor, relatives: torch.Tensor) -> torch.Tensor:
     return held / held.sum(-1, keepdim=True)
 
 
-def fill_tradable(target: torch.Tensor, tradable: torch.Tensor) -> torch.Tensor:
-    """``target`` (..., N + 1) with its weight on the assets that cannot trade (``tradable`` (..., N) False) in cash."""
-    assets = target[..., 1:] * tradable
-    cash = target[..., :1] + (target[..., 1:] - assets).sum(-1, keepdim=True)
-    return torch.cat([cash, assets], dim=-1)
+def fill_untradable(target: torch.Tensor, before: torch.Tensor, tradable: torch.Tensor) -> torch.Tensor:
+    """What of a ``target`` (..., N + 1) fills when only the ``tradable`` assets (..., N) have a price: on each other
+    asset the holding ``before`` (..., N + 1) stays as it is (a halted one frozen at its last value; nothing in one not
+    listed yet or paid out), and the target's other weights, cash included, are scaled to fill the rest (all of it
+    in cash when the target wanted nothing else). A target equal to ``before`` trades nothing."""
+    untradable = ~tradable
+    held = before[..., 1:] * untradable  # (..., N)
+    free = 1.0 - held.sum(-1, keepdim=True)  # what the fill can place
+    rest = 1.0 - (target[..., 1:] * untradable).sum(-1, keepdim=True)  # what the target placed off the others
+    wanted = rest > 0
+    scale = torch.where(wanted, free / rest.clamp_min(torch.finfo(rest.dtype).tiny), torch.zeros_like(rest))
+    cash = target[..., :1] * scale + torch.where(wanted, torch.zeros_like(free), free)
+    return torch.cat([cash, torch.where(untradable, held, target[..., 1:] * scale)], dim=-1)
+
+
+def pay_out(weights: torch.Tensor, delisted: torch.Tensor) -> torch.Tensor:
+    """``weights`` (..., N + 1) with the holdings in ``delisted`` assets (..., N) paid into cash: no trade, no cost
+    (their delisting return was earned the day after their last price)."""
+    assets = weights[..., 1:] * ~delisted
+    return torch.cat([weights[..., :1] + (weights[..., 1:] - assets).sum(-1, keepdim=True), assets], dim=-1)
 
 
 def decision_step(
@@ -95,6 +115,7 @@ def decision_step(
     cost_rate: float,
     fill_relatives: torch.Tensor | None = None,
     tradable: torch.Tensor | None = None,
+    delisted: torch.Tensor | None = None,
 ) -> StepResult:
     """A decision's trade at its fill and the day it earns (see the module docstring).
 
@@ -106,15 +127,20 @@ def decision_step(
         cost_rate: cost per unit of turnover.
         fill_relatives: (..., N + 1) the relatives of the fill day, through which the previous order drifts before
             the target fills; None when the target fills at the close the decision observed.
-        tradable: (..., N) the assets that can trade at the fill; None when all can.
+        tradable: (..., N) the assets that can trade at the fill; None when all can. A holding in one that cannot
+            stays as it is, and the target's other weights fill the rest (``fill_untradable``).
+        delisted: (..., N) the assets past their last price at the fill, whose holdings are paid out in cash first;
+            None when none is.
 
     Returns:
         The step; its ``next_weights`` are the weights the next decision sees: the drifted holdings when targets fill
         at the close they observed, else this order as it filled.
     """
     before = weights if fill_relatives is None else drift(weights, fill_relatives)
+    if delisted is not None:
+        before = pay_out(before, delisted)
     if tradable is not None:
-        target = fill_tradable(target, tradable)
+        target = fill_untradable(target, before, tradable)
     filled = None if fill_relatives is None else target  # a delayed decision sees its order next
     return portfolio_step(before, target, relatives, cost_rate=cost_rate, next_weights=filled)
 
@@ -130,6 +156,8 @@ class Fill(NamedTuple):
     None when it fills at the close the decision observed (``env.execution_delay`` 0)."""
     tradable: torch.Tensor | None = None
     """(..., N) the assets that can trade at the fill; None when all always can."""
+    delisted: torch.Tensor | None = None
+    """(..., N) the assets past their last price at the fill: a holding in one is paid out in cash; None: none is."""
 
 
 def trade(weights: torch.Tensor, target: torch.Tensor, fill: Fill, *, cost_rate: float) -> StepResult:
@@ -137,7 +165,13 @@ def trade(weights: torch.Tensor, target: torch.Tensor, fill: Fill, *, cost_rate:
     day it earns (``decision_step``). The vectorised env, the gymnasium env and the learner's model objective all
     trade through it."""
     return decision_step(
-        weights, target, fill.held, cost_rate=cost_rate, fill_relatives=fill.drift, tradable=fill.tradable
+        weights,
+        target,
+        fill.held,
+        cost_rate=cost_rate,
+        fill_relatives=fill.drift,
+        tradable=fill.tradable,
+        delisted=fill.delisted,
     )
 
 

@@ -100,5 +100,6 @@ def load_market(config: Config, device: torch.device) -> Market:
         execution_delay=env.execution_delay,
         cash_rate=env.cash_rate,
         risk_free=load_risk_free(config, table),
+        delisting_return=data.delisting_return,
         device=device,
     )

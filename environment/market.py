@@ -12,9 +12,10 @@ Time conventions, used everywhere:
 * A split is the range of days whose returns it earns: the decisions of split ``r`` are the days
   ``r.start - 1 - d .. r.stop - 2 - d`` (``first_decision``). The lookback of a decision may reach into the previous
   split (features are causal), but no return of a later split is ever earned by an earlier one.
-* An asset trades on the days it has a price (``tradable``): from its first price to its last, less any gap longer
-  than ``data.max_fill_days``. On the other days its features are neutral, its relative is 1 (a holding keeps the
-  value it last had) and no target can put weight on it.
+* An asset trades on the days it has a price (``tradable``), from its first price to its last. On the other days
+  its features are neutral, no order fills in it (a holding stays at the value it last had: its relative is 1) and
+  the day trading resumes earns the move from its last price; the first day after its last price earns its delisting
+  return, and from then on (``last_day``) a holding is paid out in cash at the next fill (``fill``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class Market:
     """(T,) float32 what cash earns each day (``1 + rate`` a day, from the close before); None when it earns nothing."""
     feature_mean: torch.Tensor | None = None
     """(N, K) float32 mean of each raw (asset, feature) over the training rows, when built from prices."""
+    last_day: torch.Tensor | None = None
+    """(N,) long, each asset's last day with a price (negative: before the first day kept); a holding is paid out in
+    cash from the day after (its delisting return earned that day). None when every asset trades to the end."""
     notes: tuple[str, ...] = ()
     """What the panel became, for a run's first lines: tickers a size limit left out, tickers that list late, delist
     or halt (``environment.features.universe_notes``)."""
@@ -106,6 +110,7 @@ class Market:
             held=self.day_relatives(days, ahead=execution_delay + 1),  # (..., N + 1)
             drift=None if execution_delay == 0 else self.day_relatives(days, ahead=execution_delay),
             tradable=self.tradable_on(days, ahead=execution_delay),
+            delisted=None if self.last_day is None else (days + execution_delay).unsqueeze(-1) > self.last_day,
         )
 
     def tradable_on(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor | None:

@@ -195,7 +195,15 @@ def test_the_conventions_a_run_states():
         "features": ["builtin", "vol"],
         "cash": 0.03,
         "benchmark": "bundled",
+        "delisting_return": 0.0,
     }
     line = describe_conventions(stated)
     assert "at the close it observed" in line and "optimistic" in line and "cash earns 3%/y" in line
     assert "fills 1 trading day after the decision" in describe_conventions(conventions(Config()))
+    # What a delisting pays where the file says nothing is stated with a point-in-time universe, and only there.
+    assert line.endswith("| a delisting pays 0% where the file gives no return")
+    lost = conventions(override(Config(), {"data.delisting_return": "-0.3"}))
+    assert describe_conventions(lost).endswith("| a delisting pays -30% where the file gives no return")
+    assert "delisting" not in describe_conventions(conventions(override(Config(), {"data.universe": "common"})))
+    earlier = {key: value for key, value in stated.items() if key != "delisting_return"}  # a run of an earlier version
+    assert "delisting" not in describe_conventions(earlier)

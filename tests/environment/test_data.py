@@ -535,7 +535,7 @@ def test_common_universe_trims_the_listing_file_as_before(tmp_path: Path, name: 
     assert any(note.startswith("DDD ends on") and "dropped 9 later" in note for note in table.notes)
 
 
-def test_long_gap_is_untradable_under_point_in_time_and_an_error_under_common(tmp_path: Path) -> None:
+def test_every_gap_is_untradable_under_point_in_time_and_a_long_one_an_error_under_common(tmp_path: Path) -> None:
     frame = make_prices()
     frame.iloc[10:14, 0] = np.nan  # 4 rows: longer than max_fill_days=3
     frame.iloc[20:22, 1] = np.nan  # 2 rows: filled
@@ -551,8 +551,9 @@ def test_long_gap_is_untradable_under_point_in_time_and_an_error_under_common(tm
     expected[20:22, 1] = frame.iloc[19, 1]
     np.testing.assert_array_equal(table.prices, expected)
     assert not table.tradable[10:14, 0].any() and table.tradable[[9, 14], 0].all()
-    assert table.tradable[20:22, 1].all()
-    assert table.tradable.sum() == 40 * 3 - 12
+    # A short gap carries the last price for the features, but nobody quoted it: untradable from its first day too.
+    assert not table.tradable[20:22, 1].any() and table.tradable[[19, 22], 1].all()
+    assert table.tradable.sum() == 40 * 3 - 14
     assert "AAA: not tradable (NaN) on 1 gap(s) longer than max_fill_days=3: 4 rows, 2020-01-15 to 2020-01-20" in (
         table.notes
     )
@@ -560,7 +561,10 @@ def test_long_gap_is_untradable_under_point_in_time_and_an_error_under_common(tm
         "BBB: not tradable (NaN) on 2 gap(s) longer than max_fill_days=3: 4 rows, 2020-02-05 to 2020-02-10; "
         "4 rows, 2020-02-13 to 2020-02-18"
     ) in table.notes
-    assert "BBB: forward-filled 2 missing day(s) in 1 gap(s), longest 2, first on 2020-01-29" in table.notes
+    assert (
+        "BBB: no price on 2 day(s) in 1 gap(s) of at most max_fill_days=3 (untradable, the features carry the last "
+        "price), longest 2, first on 2020-01-29"
+    ) in table.notes
 
 
 def test_point_in_time_without_any_fill(tmp_path: Path) -> None:
@@ -930,3 +934,22 @@ def test_a_date_valued_user_column_is_not_numeric(tmp_path: Path) -> None:
     long.to_parquet(tmp_path / "long.parquet", index=False)
     with pytest.raises(DataError, match=r"long\.parquet: non-numeric value .*2020-01-01.* in column 'reported' for"):
         load_prices(tmp_path / "long.parquet", columns=["reported"])
+
+
+@pytest.mark.parametrize("column", ["delisting_return", "DLRET"])
+def test_a_long_file_says_what_a_delisting_paid_on_the_tickers_last_row(tmp_path: Path, column: str) -> None:
+    frame = listing_prices()
+    long = long_rows(frame)
+    long[column] = np.nan
+    last = long.groupby("ticker").tail(1).index  # each ticker's last row
+    long.loc[last, column] = [0.0, 0.1, -0.35, np.nan]  # AAA trades to the end; DDD's file says nothing
+    table = load_prices(write_long(tmp_path / "long.csv", long), universe="point_in_time")
+    np.testing.assert_array_equal(table.delisting_returns, [0.0, 0.1, -0.35, np.nan])
+    assert column not in table.columns  # not a feature column
+    long.loc[last[2], column] = -1.5
+    with pytest.raises(DataError, match=r"delisting return -1\.5 for ticker CCC is below -1"):
+        load_prices(write_long(tmp_path / "bad.csv", long), universe="point_in_time")
+    assert (
+        load_prices(write_long(tmp_path / "none.csv", long_rows(frame)), universe="point_in_time").delisting_returns
+        is None
+    )

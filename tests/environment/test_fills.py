@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from environment.kernel import decision_step, drift, equal_tradable_weights, fill_tradable, portfolio_step, with_cash
+from environment.kernel import decision_step, drift, equal_tradable_weights, fill_untradable, portfolio_step, with_cash
 from environment.observation import Observation
 from environment.vector_env import VectorPortfolioEnv
 from tests.synthetic import make_market, make_population, random_simplex
@@ -56,17 +56,21 @@ def test_the_drift_before_the_fill_is_what_costs_are_charged_on():
     torch.testing.assert_close(drift(previous, fill_day), torch.tensor([0.0, 0.6, 0.4]))
 
 
-def test_weight_on_an_asset_that_cannot_trade_at_the_fill_stays_in_cash():
-    target = torch.tensor([0.1, 0.3, 0.6])
-    filled = fill_tradable(target, torch.tensor([True, False]))
-    torch.testing.assert_close(filled, torch.tensor([0.7, 0.3, 0.0]))
-    # A holding in an asset that stopped trading is sold into cash at the value it last had (relative 1), with costs.
+def test_a_holding_without_a_price_stays_and_the_targets_other_weights_fill_the_rest():
+    # Nothing held in the asset without a price: the target's weight there goes nowhere, its other weights fill all.
+    filled = fill_untradable(torch.tensor([0.1, 0.3, 0.6]), torch.tensor([1.0, 0.0, 0.0]), torch.tensor([True, False]))
+    torch.testing.assert_close(filled, torch.tensor([0.25, 0.75, 0.0]))
+    # A halted holding stays as it is: no order fills at a price nobody quoted, so a target equal to the holdings (buy
+    # and hold's) trades nothing, and a policy's target (nothing on the halted asset) fills around it.
     held = torch.tensor([0.0, 0.5, 0.5])
-    step = decision_step(
-        held, held, with_cash(torch.tensor([1.0, 1.0])), cost_rate=COST, tradable=torch.tensor([True, False])
-    )
-    assert step.turnover.item() == pytest.approx(0.5)
-    assert step.costs.item() == pytest.approx(0.5 * COST)
+    halted = torch.tensor([True, False])
+    for target, expected in ((held, held), (torch.tensor([0.2, 0.8, 0.0]), torch.tensor([0.1, 0.4, 0.5]))):
+        step = decision_step(held, target, with_cash(torch.tensor([1.0, 1.0])), cost_rate=COST, tradable=halted)
+        torch.testing.assert_close(step.next_weights, expected)
+        assert step.turnover.item() == pytest.approx(float((expected - held)[1:].abs().sum()))
+    # A target that wants only the halted asset leaves what is free in cash.
+    only = fill_untradable(torch.tensor([0.0, 0.0, 1.0]), held, halted)
+    torch.testing.assert_close(only, torch.tensor([0.5, 0.0, 0.5]))
 
 
 def test_equal_weight_is_equal_over_the_days_tradable_assets():
@@ -129,28 +133,34 @@ def test_the_actor_puts_no_weight_on_assets_without_a_price_before_its_softmax()
     torch.testing.assert_close(actions[:, 0, [0, 1, 3, 4]], expected)
 
 
-def test_a_delisted_holding_goes_to_cash_at_its_last_value_and_an_untradable_asset_takes_no_order():
+@pytest.mark.parametrize("delisting_return", [0.0, -1.0])
+def test_a_delisted_holding_earns_its_delisting_return_then_is_paid_out_without_a_cost(delisting_return):
     market = make_market(seed=4, num_assets=3)
     tradable = torch.ones(market.num_days, 3, dtype=torch.bool)
     tradable[40:, 2] = False  # asset 2 trades for the last time on day 39
     relatives = market.relatives.clone()
-    relatives[40:, 2] = 1.0  # its value is frozen at the last price
-    market = dataclasses.replace(market, tradable=tradable, relatives=relatives)
+    relatives[40:, 2] = 1.0  # nothing after its last price
+    relatives[40, 2] = 1.0 + delisting_return  # but what its holders received the day after
+    last_day = torch.tensor([market.num_days - 1, market.num_days - 1, 39])
+    market = dataclasses.replace(market, tradable=tradable, relatives=relatives, last_day=last_day)
     env = VectorPortfolioEnv(
         market, num_agents=1, num_episodes=1, episode_days=6, lookback=2, cost_rate=COST, execution_delay=1
     )
     env.reset(torch.tensor([36]))
-    all_in_two = torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])
-    steps = [env.step(all_in_two)[0] for _ in range(6)]
+    half_in_two = torch.tensor([[[0.0, 0.5, 0.0, 0.5]]])
+    steps = [env.step(half_in_two)[0] for _ in range(6)]
     turnover, rewards = env.turnover_per_episode[0, 0], env.rewards_per_episode[0, 0]
-    # Decisions 36 .. 38 fill at 37 .. 39 (asset 2 trades): bought, then held. Decision 39 fills at 40: no price,
-    # the order stays in cash, and the holding is sold at its last value with costs.
+    # Decisions 36 .. 37 fill at 37 .. 38 and hold asset 2 through day 39; decision 38 fills at 39 and holds it through
+    # day 40, the first day without its price, which pays the delisting return (-1: the whole holding is lost).
     assert turnover[0].item() == pytest.approx(1.0)
-    assert turnover[1].item() == pytest.approx(0.0, abs=1e-6)
-    assert turnover[3].item() == pytest.approx(1.0)
-    assert rewards[3].item() == pytest.approx(math.log1p(-COST), abs=1e-6)  # cash: no return, the sale's cost
-    torch.testing.assert_close(steps[3].next_weights, torch.tensor([[[1.0, 0.0, 0.0, 0.0]]]))
-    assert turnover[5].item() == 0.0 and rewards[5].item() == 0.0
+    held = steps[2].next_weights[0, 0]  # the order that held through day 40
+    growth = held[1] * market.relatives[40, 0] + held[3] * (1.0 + delisting_return)
+    assert rewards[2].item() == pytest.approx(math.log(growth) + math.log1p(-COST * turnover[2].item()), abs=1e-6)
+    # Decision 39 fills at 40: the holding is paid out in cash (no trade, no cost), and the order's weight on the
+    # delisted asset goes nowhere: its other weight fills all, bought with the payout.
+    torch.testing.assert_close(steps[3].next_weights, torch.tensor([[[0.0, 1.0, 0.0, 0.0]]]))
+    paid_out = held[3] * (1.0 + delisting_return) / growth  # the cash the payout brought
+    assert turnover[3].item() == pytest.approx(float(paid_out), abs=1e-6)  # buying asset 0 with it, nothing more
 
 
 def test_cash_earns_its_rate_in_the_environment():
@@ -180,9 +190,10 @@ def test_the_gymnasium_env_says_which_assets_trade_and_passes_the_checker():
     check_env(env, skip_render_check=True)
     observation, _ = env.reset(seed=0)
     assert observation["tradable"].tolist() == [1, 0, 1, 1]
-    env.step(torch.ones(market.num_assets + 1).numpy())  # scores on every asset: asset 1's weight stays in cash
+    env.step(torch.ones(market.num_assets + 1).numpy())  # scores on every asset: asset 1 never trades
     observation, *_ = env.step(torch.ones(market.num_assets + 1).numpy())
-    assert observation["weights"][2] == 0.0 and observation["weights"][0] == pytest.approx(0.4)
+    # Nothing is held in asset 1, so the scores' other weights fill everything, cash included: a quarter each.
+    assert observation["weights"][2] == 0.0 and observation["weights"][0] == pytest.approx(0.25)
 
 
 def test_every_environment_and_the_learner_trade_through_the_one_fill_rule(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 import numpy as np
@@ -159,3 +160,63 @@ def test_an_embargo_keeps_the_validation_range_apart_from_the_days_the_gradient_
     before = build_market(table(prices(), universe="common"), **SETTINGS, gap_days=12)  # as earlier versions
     assert len(before.splits.embargo) == 0 and before.splits.validation.start == before.splits.train.stop
     assert before.splits.holdout == splits.holdout and before.splits.validation == splits.validation
+
+
+@pytest.mark.parametrize("halt", [1, 5, 6, 20])
+def test_a_halt_before_a_fall_costs_equal_weight_and_buy_and_hold_the_same_share_whatever_its_length(halt):
+    """An asset halted for ``halt`` days that reopens 50% lower: nobody knows on the first day how long the halt will
+    last, so no order fills while it lasts (the holding stays at a quarter of the book), and the fall costs equal weight
+    and buy and hold an eighth of their value, whether the halt is short or long."""
+    import torch
+
+    from environment.vector_env import VectorPortfolioEnv
+
+    days, first_missing = 400, 300
+    values = np.full((days, 4), 100.0)
+    values[first_missing : first_missing + halt, 0] = np.nan
+    values[first_missing + halt :, 0] = 50.0
+    frame = PriceTable(
+        dates=pd.bdate_range("2003-01-01", periods=days),
+        tickers=("A", "B", "C", "D"),
+        prices=values,
+        universe="point_in_time",
+    )
+    market = build_market(frame, lookback=1, episode_days=60, validation_days=20, holdout_days=20, execution_delay=1)
+    assert not bool(market.tradable[first_missing - WARMUP_DAYS : first_missing + halt - WARMUP_DAYS, 0].any())
+    finals = {}
+    for baseline in ("equal_weight", "buy_and_hold"):
+        env = VectorPortfolioEnv(
+            market, num_agents=1, num_episodes=1, episode_days=60, lookback=1, cost_rate=0.0, execution_delay=1
+        )
+        env.reset(torch.tensor([first_missing - 10 - WARMUP_DAYS]))
+        target = torch.empty(1, 4 + 1)
+        for day in range(60):
+            if baseline == "equal_weight" or day == 0:
+                env.equal_weight(out=target)
+            else:
+                target = env.weights_before_fill()[0].clone()
+            in_a = float(env.weights_before_fill()[0, 0, 1])
+            env.step(target.unsqueeze(0))
+            if 9 <= day < 9 + halt:  # the decision fills a day later, without A's price: A's holding stays
+                assert float(env.weights[0, 0, 1]) == pytest.approx(in_a, abs=1e-6)
+        finals[baseline] = float(env.rewards_per_episode.sum().exp())
+    assert finals["equal_weight"] == pytest.approx(1 - 0.25 * 0.5, abs=1e-5)
+    assert finals["buy_and_hold"] == pytest.approx(1 - 0.25 * 0.5, abs=1e-5)
+
+
+def test_a_delisting_pays_its_return_on_the_first_day_without_a_price():
+    """The first day after a ticker's last price earns its delisting return (the file's, else the default given); the
+    days after earn nothing, and the market says the asset is gone from then on."""
+    values = listed_and_delisted()  # asset 2 trades for the last time on row 379
+    market = build_market(table(values), **SETTINGS, delisting_return=-0.3)
+    day = DELISTS - WARMUP_DAYS  # the first day without its price
+    assert market.relatives[day, 2].item() == pytest.approx(0.7)
+    assert market.relatives[day + 1 :, 2].eq(1).all()
+    assert int(market.last_day[2]) == day - 1 and int(market.last_day[0]) == market.num_days - 1
+    given = dataclasses.replace(table(values), delisting_returns=np.array([np.nan, np.nan, -1.0, np.nan]))
+    assert build_market(given, **SETTINGS, delisting_return=-0.3).relatives[day, 2].item() == 0.0  # all lost
+    import torch
+
+    fill = market.fill(torch.tensor([day - 2, day - 1, day]), execution_delay=1)
+    assert fill.delisted[:, 2].tolist() == [False, True, True]  # filled on its first day without a price: paid out
+    assert build_market(table(prices()), **SETTINGS).last_day is None  # nobody delists
