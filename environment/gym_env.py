@@ -6,7 +6,8 @@ environment to a reference.
 * Observation space: ``Dict(window=Box(-inf, inf, (N, L * K)), weights=Box(0, 1, (N + 1,)))``;
   the window holds the last L days of the K per-asset features, flattened per asset (days, then
   features); weights are the portfolio, cash first: the holdings at the decision's close with
-  ``execution_delay`` 0, else the previous order (``environment.kernel.decision_step``). In a market whose assets
+  ``execution_delay`` 0, else the previous order (``environment.kernel.decision_step``; as sent where it fills after
+  the decision in a market whose assets do not all trade every day, ``orders_seen_as_sent``). In a market whose assets
   do not all trade every day, ``tradable=MultiBinary(N)`` says which have a price on the decision day.
 * Action space: ``Box(0, 1, (N + 1,))``, non-negative scores normalised to target weights (all
   zeros means all cash), filled ``execution_delay`` days later; weight on an asset that cannot trade then stays in
@@ -34,7 +35,7 @@ import torch
 from environment.kernel import cash_weights, scores_to_weights, trade
 from environment.market import Market
 from environment.observation import WindowGatherer
-from environment.vector_env import episode_starts
+from environment.vector_env import episode_starts, orders_seen_as_sent
 
 
 class PortfolioEnv(gym.Env):
@@ -82,6 +83,7 @@ class PortfolioEnv(gym.Env):
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32)
         self._weights = cash_weights((), n, device=market.device)
+        self._held = self._weights
         self._day = self.starts.start
         self._step = 0
 
@@ -98,7 +100,8 @@ class PortfolioEnv(gym.Env):
             day = int(self.starts[self.np_random.integers(len(self.starts))])
         self._day = day
         self._step = 0
-        self._weights = cash_weights((), self.market.num_assets, device=self.market.device)
+        self._weights = cash_weights((), self.market.num_assets, device=self.market.device)  # what a decision sees
+        self._held = self._weights  # the previous order as it filled (``orders_seen_as_sent``)
         return self._observation(), self._info()
 
     def _day_of(self, date: str) -> int:
@@ -123,8 +126,9 @@ class PortfolioEnv(gym.Env):
         fill = self.market.fill(
             torch.tensor(self._day, device=self.market.device), execution_delay=self.execution_delay
         )
-        result = trade(self._weights, target, fill, cost_rate=self.cost_rate)
-        self._weights = result.next_weights
+        result = trade(self._held, target, fill, cost_rate=self.cost_rate)
+        self._held = result.next_weights
+        self._weights = target if orders_seen_as_sent(self.market, self.execution_delay) else result.next_weights
         self._day += 1
         self._step += 1
         truncated = self._step >= self.episode_days

@@ -8,8 +8,9 @@ Spaces, per agent and episode (see ``kernel`` for the step arithmetic):
 
 * observation: the lookback window of features ending at the decision day, (N, L * K), shared by
   all agents, plus the agent's weights, (N + 1,), cash first: its holdings when targets fill at the close they
-  observed, else its previous order (``environment.kernel.decision_step``); and, in a market whose assets do not all
-  trade every day, which of them can.
+  observed, else its previous order (``environment.kernel.decision_step``): as it filled when that was at the
+  decision's close, as it was sent when it fills later (``orders_seen_as_sent``); and, in a market whose assets do
+  not all trade every day, which of them can.
 * action: target weights on the simplex, (N + 1,), filled ``execution_delay`` days after the decision.
 * reward: log of the portfolio's net growth over the day the target is held, costs of its fill included.
 * episode end: after ``episode_days`` steps the window ends; that is a truncation (the market goes
@@ -39,9 +40,19 @@ class Step(NamedTuple):
     rewards: torch.Tensor
     """(P, E) log net growth."""
     next_weights: torch.Tensor
-    """(P, E, N + 1) weights after prices moved."""
+    """(P, E, N + 1) the weights the next decision sees."""
     truncated: torch.Tensor
     """() bool, on the device: True on the last step of the window."""
+    held: torch.Tensor | None = None
+    """(P, E, N + 1) the previous order as it filled, which this trade started from, where the decision saw it as sent
+    (``orders_seen_as_sent``); None where the two are the same."""
+
+
+def orders_seen_as_sent(market: Market, execution_delay: int) -> bool:
+    """Whether a decision sees the previous order as it was sent rather than as it filled: with a delay of two days or
+    more that order fills after the decision, and in a market whose assets do not all trade every day its fill
+    applies a tradability the decision cannot know yet. (With a delay of one day it fills at the decision's close.)"""
+    return execution_delay >= 2 and market.tradable is not None
 
 
 def episode_starts(split: range, *, lookback: int, episode_days: int, execution_delay: int) -> range:
@@ -86,6 +97,9 @@ class VectorPortfolioEnv:
         # Everything the environment holds, allocated once.
         self.windows = self.gatherer.empty(num_episodes, device=device)  # (E, N, L * K), the current observation's
         self.weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1), likewise
+        self.sent = orders_seen_as_sent(market, execution_delay)
+        # The previous order as it filled, where the decision sees it as sent; else the very weights it sees.
+        self.held = torch.zeros_like(self.weights) if self.sent else self.weights  # (P, E, N + 1)
         self._days = torch.zeros(num_episodes, dtype=torch.long, device=device)  # (E,)
         self._day = torch.zeros(1, dtype=torch.long, device=device)  # (1,) the step within the window
         self._offsets = torch.arange(episode_days, device=device)  # (D,) a day's place in a block of days
@@ -104,6 +118,8 @@ class VectorPortfolioEnv:
         self._days.copy_(start_days)
         self.weights.zero_()
         self.weights.select(-1, 0).fill_(1.0)  # fill_: a scalar assignment would copy from the host
+        if self.sent:
+            self.held.copy_(self.weights)
         self._day.zero_()
         self._step = 0
         self.rewards_per_episode.zero_()
@@ -139,7 +155,7 @@ class VectorPortfolioEnv:
         hold's). With a delay, the previous order drifted through the fill day, which the decision cannot know."""
         if self.execution_delay == 0:
             return self.weights
-        return drift(self.weights, self.market.day_relatives(self._days, ahead=self.execution_delay))
+        return drift(self.held, self.market.day_relatives(self._days, ahead=self.execution_delay))
 
     def apply(self, actions: torch.Tensor, *, transition: bool = True) -> Step | None:
         """One day of every episode with target weights (P, E, N + 1), on the device alone: the histories and the
@@ -147,7 +163,7 @@ class VectorPortfolioEnv:
         ``observe_block``). Returns the day's transitions, or None without ``transition`` (validation keeps only the
         histories, and copies nothing for a replay buffer)."""
         fill = self.market.fill(self._days, execution_delay=self.execution_delay)  # each tensor (E, ...)
-        result = trade(self.weights, actions, fill, cost_rate=self.cost_rate)
+        result = trade(self.held, actions, fill, cost_rate=self.cost_rate)
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
         self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
         step = None
@@ -157,10 +173,15 @@ class VectorPortfolioEnv:
                 weights=self.weights.clone(),
                 actions=actions,
                 rewards=result.rewards,
-                next_weights=result.next_weights,
+                next_weights=actions if self.sent else result.next_weights,
                 truncated=(self._day == self.episode_days - 1).squeeze(0),
+                held=self.held.clone() if self.sent else None,
             )
-        self.weights.copy_(result.next_weights)
+        if self.sent:  # the next decision sees this order as sent; the next trade starts from it as it filled
+            self.held.copy_(result.next_weights)
+            self.weights.copy_(actions)
+        else:
+            self.weights.copy_(result.next_weights)
         self._days += 1
         self._day += 1
         return step

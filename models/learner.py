@@ -223,10 +223,12 @@ class Learner:
         gamma = self.settings.gamma
         actions = self.actor(batch.obs)  # (P, B, N + 1)
         if self.settings.actor_objective == "model":
-            step = trade(batch.obs.weights, actions, batch.fill, cost_rate=self.cost_rate)
+            held = batch.obs.weights if batch.held is None else batch.held  # the order the trade starts from
+            step = trade(held, actions, batch.fill, cost_rate=self.cost_rate)
             value = step.rewards  # (P, B)
             if gamma > 0:
-                next_obs = batch.next_obs._replace(weights=step.next_weights)  # the day after this action
+                seen = step.next_weights if batch.held is None else actions  # what the next decision sees
+                next_obs = batch.next_obs._replace(weights=seen)  # the day after this action
                 next_q = self.critic(next_obs, self.actor(next_obs))
                 value = value + gamma * (1.0 - batch.terminated) * next_q
         else:

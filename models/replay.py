@@ -52,6 +52,9 @@ class ReplayBatch(NamedTuple):
     fill: Fill
     """What each transition's decision met at its fill, each tensor (P, B, ...): the market is exogenous, so the reward
     of any other action follows from it (``environment.kernel.trade``)."""
+    held: torch.Tensor | None = None
+    """(P, B, N + 1) the previous order as it filled, which the trade started from, where the decision saw it as sent
+    (``environment.vector_env.orders_seen_as_sent``); None where that is ``obs.weights`` itself."""
 
 
 class ReplayBuffer:
@@ -69,6 +72,8 @@ class ReplayBuffer:
             ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
         next_obs: rebuild the next observations at sample time; False for a learner that reads none (at ``gamma``
             0 the next day's value is multiplied by zero): its batches are gathered without them.
+        held: store each transition's previous order as it filled, beside the order as its decision saw it (sent):
+            where the two differ (``environment.vector_env.orders_seen_as_sent``), the trade starts from the former.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class ReplayBuffer:
         execution_delay: int,
         share: Share | None = None,
         next_obs: bool = True,
+        held: bool = False,
     ) -> None:
         self.capacity = capacity
         self.gathers_next_obs = next_obs
@@ -100,6 +106,7 @@ class ReplayBuffer:
             "actions": torch.zeros(capacity, n1, device=device),
             "rewards": torch.zeros(capacity, device=device),
             "next_weights": torch.zeros(capacity, n1, device=device),
+            **({"held": torch.zeros(capacity, n1, device=device)} if held else {}),
             "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
             "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
         }
@@ -134,6 +141,7 @@ class ReplayBuffer:
         next_weights: torch.Tensor,
         terminated: torch.Tensor | bool,
         truncated: torch.Tensor | bool,
+        held: torch.Tensor | None = None,
     ) -> int:
         """Write a batch of transitions at the buffer's position, on the device alone (the position advances there),
         so a captured day replays it; returns their count, which ``commit`` must be given before the next ``sample``.
@@ -144,6 +152,7 @@ class ReplayBuffer:
             "actions": actions,
             "rewards": rewards,
             "next_weights": next_weights,
+            **({"held": held} if "held" in self.storage else {}),
             "terminated": terminated,
             "truncated": truncated,
         }
@@ -204,6 +213,7 @@ class ReplayBuffer:
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
             fill=self.market.fill(days, execution_delay=self.execution_delay),
+            held=s["held"][index] if "held" in s else None,
         )
 
     def state(self) -> ReplayState:

@@ -11,6 +11,7 @@ import torch
 from config import Config
 from environment.market import Market
 from environment.observation import WindowGatherer, window_size
+from environment.vector_env import orders_seen_as_sent
 from models.learner import build_learner
 from models.population import Population
 from models.replay import ReplayBuffer
@@ -87,6 +88,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         execution_delay=config.env.execution_delay,
         share=sharding.share,
         next_obs=population.learner.reads_next_obs,  # gathered only for a learner that reads them
+        held=orders_seen_as_sent(market, config.env.execution_delay),
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
     validation = Validation(config, market, population, sharding=sharding, graphs=graphs)

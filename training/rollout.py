@@ -113,6 +113,7 @@ def roll_out_day(
         next_weights=step.next_weights[:, kept],
         terminated=False,
         truncated=step.truncated,
+        held=None if step.held is None else step.held[:, kept],
     )
 
 
@@ -197,11 +198,12 @@ class SharedSteps:
         num_assets: N.
     """
 
-    def __init__(self, sharding: Sharding, *, num_episodes: int, num_assets: int) -> None:
+    def __init__(self, sharding: Sharding, *, num_episodes: int, num_assets: int, held: bool = False) -> None:
         self.sharding = sharding
         self.width = num_assets + 1
+        self.held = held
         if sharding.distributed:
-            values = 3 * self.width + 1  # weights, actions, next weights, reward
+            values = (4 if held else 3) * self.width + 1  # weights, actions, next weights, (held,) reward
             self._mine = torch.empty(sharding.share.agents, num_episodes, values, device=sharding.device)
             self._all = torch.empty(sharding.popsize, num_episodes, values, device=sharding.device)
 
@@ -210,13 +212,15 @@ class SharedSteps:
         if not self.sharding.distributed:
             return step
         n1 = self.width
-        torch.cat([step.weights, step.actions, step.next_weights, step.rewards.unsqueeze(-1)], dim=-1, out=self._mine)
-        gathered = self.sharding.gather(self._mine, out=self._all)  # (P, E, 3 (N + 1) + 1)
+        parts = [step.weights, step.actions, step.next_weights, *([step.held] if self.held else [])]
+        torch.cat([*parts, step.rewards.unsqueeze(-1)], dim=-1, out=self._mine)
+        gathered = self.sharding.gather(self._mine, out=self._all)  # (P, E, 3 or 4 (N + 1) + 1)
         return step._replace(
             weights=gathered[..., :n1],
             actions=gathered[..., n1 : 2 * n1],
             next_weights=gathered[..., 2 * n1 : 3 * n1],
-            rewards=gathered[..., 3 * n1],
+            held=gathered[..., 3 * n1 : 4 * n1] if self.held else None,
+            rewards=gathered[..., -1],
         )
 
 
@@ -263,7 +267,7 @@ class Rollouts:
         self.exploring = torch.arange(episodes, device=market.device) < rollout.exploring_episodes  # (E,)
         self.fitness_episodes = slice(episodes - rollout.fitness_episodes, None)  # the noise-free ones
         self.fitness_kind, self.worst_k = evolution.fitness, evolution.worst_k
-        self.exchange = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets)
+        self.exchange = SharedSteps(sharding, num_episodes=episodes, num_assets=market.num_assets, held=self.env.sent)
         self.episodes_generator = generators["episodes"]
         exploration = generators["exploration"]
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)

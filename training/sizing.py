@@ -283,10 +283,13 @@ def working_bytes(
 # ---------------------------------------------------------------------------------------------- a process
 
 
-def buffer_tensor_bytes(config: Config, *, num_assets: int) -> list[int]:
-    """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors, reward, flags."""
+def buffer_tensor_bytes(config: Config, *, num_assets: int, tradable_mask: bool = True) -> list[int]:
+    """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors (four where a
+    decision sees the previous order as sent: a delay of two days or more in a market with a ``tradable_mask``),
+    reward, flags."""
     capacity, n1 = config.learner.buffer_size, num_assets + 1
-    return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * 3, capacity * FLOAT_BYTES, capacity, capacity]
+    vectors = 4 if config.env.execution_delay >= 2 and tradable_mask else 3
+    return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * vectors, capacity * FLOAT_BYTES, capacity, capacity]
 
 
 def process_bytes(
@@ -307,7 +310,7 @@ def process_bytes(
     window = window_size(config.env.lookback, num_features)
     batch = config.learner.batch_size
     needs = {
-        BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets)),
+        BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets, tradable_mask=tradable_mask)),
         # observation and next observation windows of every sampled transition
         SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
         **population_bytes(config, window, agents=agents),

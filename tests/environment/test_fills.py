@@ -233,3 +233,28 @@ def test_every_environment_and_the_learner_trade_through_the_one_fill_rule(monke
     env.reset(seed=0)
     env.step(env.action_space.sample())
     assert {"vector", "gym", "learner"} <= set(calls)
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2, 5])
+def test_no_observation_sees_a_tradability_not_known_yet(delay):
+    """Two markets that differ only in which assets trade on day 30: every observation of a decision made before day 30
+    is the same in both, at every delay (a decision sees the previous order as it filled only where that fill was at
+    its own close, else as it was sent)."""
+    base = make_market(seed=9, num_assets=3)
+    tradable = torch.rand(base.num_days, 3, generator=torch.Generator().manual_seed(2)) > 0.2
+    other = tradable.clone()
+    other[30] = ~other[30]
+    seen = []
+    for mask in (tradable, other):
+        market = dataclasses.replace(base, tradable=mask)
+        env = VectorPortfolioEnv(
+            market, num_agents=2, num_episodes=1, episode_days=25, lookback=2, cost_rate=COST, execution_delay=delay
+        )
+        g = torch.Generator().manual_seed(0)
+        observations = [env.reset(torch.tensor([10])).weights.clone()]
+        for _ in range(19):  # decisions on days 10 .. 29
+            _, observation = env.step(random_simplex(2, 1, 4, generator=g))
+            observations.append(observation.weights.clone())
+        seen.append(torch.stack(observations))  # decisions on days 10 .. 29
+    torch.testing.assert_close(seen[0], seen[1], rtol=0, atol=0)
+    assert env.sent == (delay >= 2)

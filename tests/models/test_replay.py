@@ -302,6 +302,7 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
         sample_shape=(agents, episodes * days),
         device="cpu",
         execution_delay=delay,
+        held=env.sent,  # the order as it filled, where the decision sees it as sent
     )
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
@@ -310,8 +311,10 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
         buffer.add(**step._asdict(), terminated=False)
     batch = buffer.gather(torch.arange(agents * episodes * days).view(agents, -1))
     assert (batch.fill.drift is None) == (delay == 0) and (batch.fill.tradable is None) == (not masked)
+    assert (batch.held is not None) == (masked and delay >= 2)
+    held = batch.obs.weights if batch.held is None else batch.held
     again = decision_step(
-        batch.obs.weights,
+        held,
         batch.actions,
         batch.fill.held,
         cost_rate=0.002,
@@ -319,4 +322,5 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
         tradable=batch.fill.tradable,
     )
     torch.testing.assert_close(again.rewards, batch.rewards, rtol=0, atol=1e-6)
-    torch.testing.assert_close(again.next_weights, batch.next_obs.weights)  # the state the next decision saw
+    seen = again.next_weights if batch.held is None else batch.actions  # the order as it filled, or as it was sent
+    torch.testing.assert_close(seen, batch.next_obs.weights)  # the state the next decision saw
