@@ -124,7 +124,10 @@ def actor_spec(
                 + (
                     "after a day they are the targets drifted with prices (the holdings at the close of t)"
                     if delay == 0
-                    else "after a day they are the previous decision's target weights (the last order sent)"
+                    else "after a day they are the previous decision's target weights (the last order sent): as it "
+                    "filled at the close of t with execution_delay 1 (an asset without a price there kept what was "
+                    "held in it), as it was sent with a longer delay in a market whose assets do not all trade every "
+                    "day"
                 ),
             },
             "tradable": {
@@ -140,8 +143,8 @@ def actor_spec(
                 "they fill at the close of t and are held to the close of t + 1"
                 if delay == 0
                 else f"they fill at the close of t + {delay} (execution_delay trading days after the decision) and "
-                f"are held to the close of t + {delay + 1}; weight on an asset without a price at the fill stays "
-                "in cash"
+                f"are held to the close of t + {delay + 1}; an asset without a price at the fill keeps what is held "
+                "in it and the other weights, cash included, are scaled to fill the rest"
             ),
         },
         "execution_delay": delay,

@@ -3,8 +3,8 @@
 The conventions (``environment.market``, ``environment.kernel``): a decision observes the close of day t; its target
 fills at the close of t + d (``env.execution_delay``) and earns day t + d + 1; with d >= 1 the weights a decision sees
 are the previous order, which drifts through the fill day before the new one replaces it. An asset without a price
-is untradable: the actor puts no weight on it, a target's weight on it at the fill stays in cash, a holding in it
-keeps its last value and is sold at the next fill.
+is untradable: the actor puts no weight on it, and at a fill a holding in it stays as it is (the target's other
+weights fill the rest); after its last price a holding earns the delisting return and is paid out in cash.
 """
 
 from __future__ import annotations
