@@ -186,7 +186,8 @@ def loss_tensors_kept_with_their_graphs(mp, kept):
 
 @injection
 def per_step_histories_never_cleared(mp, kept):
-    wrap(mp, VectorPortfolioEnv, "apply", after=lambda result, env, actions: kept.append(result))
+    # Each step's transitions (validation's days make none: ``apply(..., transition=False)``).
+    wrap(mp, VectorPortfolioEnv, "apply", after=lambda result, env, actions, **_: result is None or kept.append(result))
 
 
 @injection
@@ -304,8 +305,9 @@ def a_growing_list_of_upload_futures(mp, kept):
 @injection
 def per_step_numpy_allocations_kept(mp, kept):
     # Each step's weights and actions copied to numpy and kept, a list per step, as history-keeping code does.
-    def keep(result, env, actions):
-        kept.append([result.weights.numpy().copy(), result.actions.numpy().copy()])
+    def keep(result, env, actions, **_):
+        if result is not None:  # validation's days make no transition
+            kept.append([result.weights.numpy().copy(), result.actions.numpy().copy()])
 
     wrap(mp, VectorPortfolioEnv, "apply", after=keep)
 
@@ -313,8 +315,9 @@ def per_step_numpy_allocations_kept(mp, kept):
 @injection
 def per_step_numpy_arrays_of_the_rewards(mp, kept):
     # A small numpy copy of every step's rewards: freed memory of earlier tests would hide it from RSS.
-    def keep(result, env, actions):
-        kept.append(result.rewards.numpy().copy())
+    def keep(result, env, actions, **_):
+        if result is not None:  # validation's days make no transition
+            kept.append(result.rewards.numpy().copy())
 
     wrap(mp, VectorPortfolioEnv, "apply", after=keep)
 
