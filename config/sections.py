@@ -26,6 +26,7 @@ ChooseBy = Literal["return", "bound"]
 SelectionMethod = Literal["bootstrap", "final", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
 Universe = Literal["point_in_time", "common"]
+BookKind = Literal["long_only", "long_short"]
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,43 @@ class EnvConfig:
     """Trading days from the close a decision observes to the close its trades fill at (0: that close, optimistic)."""
     cash_rate: float = 0.0
     """What cash earns, an annual rate (0.05 = 5%); Sharpe and Sortino are measured over it (data.risk_free: by day)."""
+    book: BookKind = "long_only"
+    """long_only: weights >= 0, invested or in cash; long_short: weights of either sign within the limits below."""
+    gross_leverage: float = 2.0
+    """long_short: the most the sum of |weights| may be after a fill (a long-only book's is 1)."""
+    net_exposure: tuple[float, float] = (-1.0, 1.0)
+    """long_short: the bounds of the sum of weights after a fill (they must hold 0: cash is always allowed)."""
+    max_weight: float = 0.0
+    """The most |weight| one asset may have after a fill; 0: the book's default (1 long-only, 0.5 long-short)."""
+    borrow_rate: float = 0.005
+    """long_short: the annual fee on short positions' value, charged daily (0.005 = 0.5%/y)."""
+    financing_spread: float = 0.005
+    """long_short: what a loan for longs beyond the book's value pays over cash's rate, annual, charged daily."""
+    rebalance_every: int = 1
+    """Trading days between decisions: the book drifts with prices in between (equal weight's too)."""
+    capital: float = 1_000_000.0
+    """The book's value in the prices' currency, which sizes its trades against a data file's volume column."""
+    impact_coefficient: float = 0.5
+    """With a volume column: a fill pays coefficient x daily volatility x sqrt(traded value / average daily value)."""
+    max_participation: float = 0.1
+    """With a volume column: the most of a day's traded value one fill may take; what cannot fill carries."""
 
     def __post_init__(self) -> None:
         _require(self.lookback >= 1, "env.lookback", "must be >= 1")
+        _require(1.0 <= self.gross_leverage <= 10.0, "env.gross_leverage", "must be in [1, 10]")
+        low, high = self.net_exposure if len(self.net_exposure) == 2 else (math.nan, math.nan)
+        _require(
+            -self.gross_leverage <= low <= 0.0 <= high <= self.gross_leverage,
+            "env.net_exposure",
+            f"must be two bounds low <= 0 <= high within the gross leverage, got {list(self.net_exposure)}",
+        )
+        _require(0.0 <= self.max_weight <= 10.0, "env.max_weight", "must be in [0, 10] (0: the book's default)")
+        _require(0.0 <= self.borrow_rate < 1.0, "env.borrow_rate", "must be an annual rate in [0, 1): 0.005 is 0.5%")
+        _require(0.0 <= self.financing_spread < 1.0, "env.financing_spread", "must be an annual rate in [0, 1)")
+        _require(1 <= self.rebalance_every <= 252, "env.rebalance_every", "must be in [1, 252] trading days")
+        _require(self.capital > 0.0, "env.capital", "must be > 0 (the book's value in the prices' currency)")
+        _require(0.0 <= self.impact_coefficient <= 100.0, "env.impact_coefficient", "must be in [0, 100]")
+        _require(0.0 < self.max_participation <= 1.0, "env.max_participation", "must be in (0, 1]")
         _require(self.episode_days >= 2, "env.episode_days", "must be >= 2")
         _require(0.0 <= self.cost_rate < 1.0, "env.cost_rate", "must be in [0, 1)")
         _require(0 <= self.execution_delay <= 20, "env.execution_delay", "must be in [0, 20] trading days")
@@ -467,7 +502,8 @@ def _type_name(hint: Any) -> str:
     if typing.get_origin(hint) is Literal:
         return "one of " + "|".join(str(a) for a in typing.get_args(hint))
     if typing.get_origin(hint) is tuple:
-        return "comma-separated list of str"
+        item = typing.get_args(hint)[0]
+        return f"comma-separated list of {getattr(item, '__name__', item)}"
     return getattr(hint, "__name__", str(hint))
 
 
@@ -480,6 +516,14 @@ def coerce(key: str, hint: Any, value: Any) -> Any:
             if value not in typing.get_args(hint):
                 raise ValueError
             return value
+        if origin is tuple and typing.get_args(hint)[0] is float:
+            items = value.strip("[] ").split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)) or any(isinstance(v, bool) for v in items):
+                raise ValueError
+            numbers = tuple(float(v) for v in items)
+            if not all(math.isfinite(v) for v in numbers):
+                raise ValueError
+            return numbers
         if origin is tuple:
             if isinstance(value, str):
                 return tuple(item.strip() for item in value.split(",") if item.strip())

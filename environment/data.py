@@ -31,6 +31,10 @@ unselected ticker traded) are dropped, with a note. Then the ``universe`` rule a
   last row, what holders received after its last close (CRSP's convention), in
   ``PriceTable.delisting_returns``.
 
+A long file's ``volume`` column (shares traded that day) is read as it is, day by day, into
+``PriceTable.volumes`` (0 where a day has none): with it, trades pay a cost that grows with their size
+against the day's traded value, and none takes more than a share of it (``environment.features``).
+
 User columns (``columns``): other numeric columns of a long file, such as volume or the user's own
 signal, loaded per asset on the table's dates and tickers. A value is forward-filled within its
 ticker's life (the last known value is what is known at the close of a day, however old), and is NaN
@@ -90,6 +94,8 @@ _MAX_NOTED = 10
 """More tickers than this that start late or end early are summed up in one note."""
 _MAX_SHOWN = 3
 _DELISTING_KEY = "\0delisting_return"
+_VOLUME_KEY = "\0volume"
+"""The loader's own name for a long file's volume column (shares traded that day), beside any use as a feature."""
 """The loader's own name for a long file's delisting return column among the columns it reads (no user's name)."""
 
 
@@ -119,6 +125,9 @@ class PriceTable:
     delisting_returns: np.ndarray | None = None
     """(N,) float64, each ticker's delisting return from the file (on its last row), NaN where it gives none; None: a
     file without such a column."""
+    volumes: np.ndarray | None = None
+    """(T, N) float64, the shares of each ticker traded each day from a long file's volume column, 0 where the file
+    gives none that day (nothing can be known to trade); None: a file without one (costs do not grow with size)."""
 
     def __post_init__(self) -> None:
         num_days, num_assets = len(self.dates), len(self.tickers)
@@ -203,6 +212,7 @@ def load_prices(
         file, tickers=tickers, start=start, end=end, max_assets=max_assets, columns=requested
     )
     delisting = values.pop(_DELISTING_KEY, None)  # (S, N), the file's delisting returns, if it has them
+    volume = values.pop(_VOLUME_KEY, None)  # (S, N), the shares traded, if the file has them
     life = _lives(frame)
     source_dates = frame.index
     quoted = None
@@ -212,6 +222,7 @@ def load_prices(
         frame, quoted = _close_gaps_point_in_time(frame, file, max_fill_days, notes)
     aligned = _align_columns(values, life, source_dates, frame.index, file, notes)
     delisting_returns = None if delisting is None else _delisting_returns(delisting, life, file)
+    volumes = None if volume is None else _volumes(volume, frame.index, file)
 
     prices = frame.to_numpy(dtype=np.float64, copy=True)
     benchmark = _bundled_benchmark(frame.index) if bundled else None
@@ -227,7 +238,24 @@ def load_prices(
         columns=MappingProxyType(aligned),
         quoted=quoted,
         delisting_returns=delisting_returns,
+        volumes=volumes,
     )
+
+
+def _volumes(values: pd.DataFrame, dates: pd.DatetimeIndex, file: Path) -> np.ndarray:
+    """(T, N) the shares traded on the table's ``dates``: 0 on a day the file gives none (no carry: a day's volume is
+    that day's); a negative one is an error."""
+    array = values.reindex(dates).to_numpy(dtype=np.float64, copy=True)
+    bad = np.argwhere(array < 0)
+    if len(bad):
+        row, column = bad[0]
+        raise DataError(
+            f"{file}: volume {array[row, column]:g} for ticker {values.columns[column]} on {_iso(dates[row])} is "
+            "negative (shares traded that day)"
+        )
+    array = np.nan_to_num(array, nan=0.0)
+    array.setflags(write=False)
+    return array
 
 
 def _delisting_returns(values: pd.DataFrame, life: np.ndarray, file: Path) -> np.ndarray:
@@ -354,6 +382,10 @@ def _load_wide(
         if delisting_col is not None and delisting_col not in sources:
             sources.append(delisting_col)
             columns = (*columns, _DELISTING_KEY)
+        volume_col = next((c for c in raw.columns if normalised[c] == "volume"), None)
+        if volume_col is not None:  # read on its own too: a feature's copy is forward-filled, a day's volume is not
+            sources.append(volume_col)
+            columns = (*columns, _VOLUME_KEY)
         frame = pd.DataFrame(
             {
                 "ticker": _parse_tickers(raw[ticker_col], file, ticker_col, where),

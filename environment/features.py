@@ -170,6 +170,9 @@ def build_market(
     cash_rate: float = 0.0,
     risk_free: np.ndarray | None = None,
     delisting_return: float = 0.0,
+    capital: float = 1_000_000.0,
+    impact_coefficient: float = 0.5,
+    max_participation: float = 0.1,
     device: torch.device | str = "cpu",
 ) -> Market:
     """Builds the features, relatives and splits of a price table, on ``device``.
@@ -187,6 +190,8 @@ def build_market(
             its close and earned over the next day.
         delisting_return: what a holding earns on the first day after its ticker's last price when the file gives
             no delisting return for it (``data.delisting_return``).
+        capital, impact_coefficient, max_participation: with a volume column (``table.volumes``), what sizes the
+            book's trades against each day's traded value (``size_terms``).
 
     Raises:
         DataError: the table has too few rows for one training episode plus validation and holdout, or a feature
@@ -277,6 +282,12 @@ def build_market(
         relatives[last_day[delisted] + 1 - WARMUP_DAYS, delisted] = (1.0 + np.asarray(paid)).astype(np.float32)
     benchmark = None if table.benchmark is None else _relatives(table.benchmark)  # (T,)
     cash = _cash_relatives(table.num_days, cash_rate, risk_free)
+    impact = capacity = None
+    if table.volumes is not None:
+        impact, capacity = size_terms(
+            levels, table.volumes, capital=capital, coefficient=impact_coefficient, participation=max_participation
+        )
+        impact, capacity = impact[WARMUP_DAYS:], capacity[WARMUP_DAYS:]
     device = torch.device(device)
     return Market(
         dates=tuple(table.dates[WARMUP_DAYS:].strftime("%Y-%m-%d")),
@@ -296,11 +307,44 @@ def build_market(
         cash_relatives=None if cash is None else _to_tensor(cash, device),
         feature_mean=_to_tensor(mean.astype(np.float32), device),  # (N, K)
         feature_std=_to_tensor(std.astype(np.float32), device),  # (N, K)
+        impact=None if impact is None else _to_tensor(impact, device),
+        capacity=None if capacity is None else _to_tensor(capacity, device),
         notes=(
             *(note for note in table.notes if note.startswith("data.max_assets=")),
             *universe_notes(table.tradable[WARMUP_DAYS:], table.dates[WARMUP_DAYS:], table.tickers),
         ),
     )
+
+
+SIZE_WINDOW = 20
+"""Trading days over which an asset's daily volatility and average daily traded value are measured for its impact."""
+
+
+def size_terms(
+    levels: np.ndarray, volumes: np.ndarray, *, capital: float, coefficient: float, participation: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each day's square-root impact scale and fill capacity of every asset, (rows, N) float32 each.
+
+    A trade of ``|dw|`` of a book worth ``capital`` is ``|dw| * capital`` of traded value; it pays
+    ``coefficient * sigma * sqrt(|dw| * capital / adv)`` of itself, so ``impact = coefficient * sigma *
+    sqrt(capital / adv)`` and the cost is ``impact * |dw| ** 1.5``. ``sigma`` is the asset's daily log-return
+    volatility and ``adv`` its average daily traded value (price x volume), both over the ``SIZE_WINDOW`` days before
+    the fill day (known before it trades). A fill takes at most ``participation`` of the fill day's own traded value:
+    ``capacity = participation * price * volume / capital``. An asset with no traded value yet cannot trade.
+    """
+    traded = pd.DataFrame(np.nan_to_num(levels, nan=0.0) * volumes)  # (rows, N) the value traded each day
+    with np.errstate(divide="ignore", invalid="ignore"):
+        returns = pd.DataFrame(np.log(levels[1:] / levels[:-1]))
+    window = dict(window=SIZE_WINDOW, min_periods=2)
+    sigma = returns.rolling(**window).std().shift(1).to_numpy()  # (rows - 1, N): the days before each day
+    sigma = np.concatenate([np.full((1, levels.shape[1]), np.nan), sigma])
+    fallback = np.nanmedian(sigma) if np.isfinite(sigma).any() else 0.02
+    sigma = np.where(np.isfinite(sigma) & (sigma > 0), sigma, fallback)
+    adv = traded.rolling(window=SIZE_WINDOW, min_periods=1).mean().shift(1).to_numpy()  # before each day
+    with np.errstate(divide="ignore", invalid="ignore"):
+        impact = np.where(adv > 0, coefficient * sigma * np.sqrt(capital / adv), 0.0)
+    capacity = participation * traded.to_numpy() / capital
+    return impact.astype(np.float32), capacity.astype(np.float32)
 
 
 def universe_notes(tradable: np.ndarray, dates: pd.DatetimeIndex, tickers: Sequence[str]) -> list[str]:

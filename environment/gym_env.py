@@ -11,13 +11,16 @@ environment to a reference.
   do not all trade every day, ``tradable=MultiBinary(N)`` says which have a price on the decision day.
 * Action space: ``Box(0, 1, (N + 1,))``, non-negative scores normalised to target weights (all
   zeros means all cash), filled ``execution_delay`` days later; weight on an asset that cannot trade then stays in
-  cash.
+  cash. In a long-short book (``env.book``), ``Box(-G, G, (N + 1,))``: entries 1..N are the assets' target weights
+  (entry 0 is ignored: cash is what they leave), shrunk at the fill to the book's limits (``environment.book``), and
+  the observed weights lie in ``[-G, 1 + G]``. At a cadence (``env.rebalance_every`` k), only every k-th step's action
+  trades; the book drifts on through the others.
 * Reward: ``log(growth * (1 - cost_rate * turnover))`` over the day the target is held, see ``environment.kernel``.
 * Episode end: never terminated; truncated after ``episode_days`` steps.
 * Randomness: the start day, drawn uniformly by ``self.np_random`` unless ``options={"start_date": "YYYY-MM-DD"}``
   (or ``{"start_day": t}``, a row of the market) names it.
 * ``info``: ``day`` and ``date``, the decision day of the observation returned (from ``reset`` and every ``step``),
-  and after a step its ``turnover`` and ``cost``.
+  and after a step its ``turnover``, ``cost`` (impact included), ``impact`` and ``fees`` (borrow and financing).
 
 ``gymnasium.make("erl_trader/Portfolio-v0", data=PATH, split="train", settings={"env.lookback": 5})`` builds one from
 a data file as a run would (``make_portfolio_env``; ``import environment`` registers it).
@@ -32,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from environment.book import LONG_ONLY, Book, cash_first
 from environment.kernel import cash_weights, scores_to_weights, trade
 from environment.market import Market
 from environment.observation import WindowGatherer
@@ -51,6 +55,7 @@ class PortfolioEnv(gym.Env):
         cost_rate: float,
         execution_delay: int,
         report_tradable: bool | None = None,
+        book: Book = LONG_ONLY,
     ) -> None:
         """``report_tradable``: the observation holds ``tradable`` (the decision day's prices) even in a market whose
         assets all trade every day (a point-in-time universe: the space is the same whatever the panel); None: only
@@ -62,6 +67,8 @@ class PortfolioEnv(gym.Env):
         self.episode_days = episode_days
         self.cost_rate = cost_rate
         self.execution_delay = execution_delay
+        self.book = book
+        self.sent = orders_seen_as_sent(market, execution_delay, book.rebalance_every)
         self.gatherer = WindowGatherer(market.features, lookback, market.tradable)
         self.starts = episode_starts(
             getattr(market.splits, split),
@@ -75,13 +82,14 @@ class PortfolioEnv(gym.Env):
         low, high = float(market.features.min()), float(market.features.max())
         spaces: dict[str, gym.Space] = {
             "window": gym.spaces.Box(low, high, (n, self.gatherer.window_size), np.float32),
-            "weights": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),
+            "weights": gym.spaces.Box(*self._weight_bounds(), (n + 1,), np.float32),
         }
         self.report_tradable = market.tradable is not None if report_tradable is None else report_tradable
         if self.report_tradable:
             spaces["tradable"] = gym.spaces.MultiBinary(n)
         self.observation_space = gym.spaces.Dict(spaces)
-        self.action_space = gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32)
+        reach = book.gross_leverage if book.long_short else 1.0
+        self.action_space = gym.spaces.Box(-reach if book.long_short else 0.0, reach, (n + 1,), np.float32)
         self._weights = cash_weights((), n, device=market.device)
         self._held = self._weights
         self._day = self.starts.start
@@ -118,27 +126,45 @@ class PortfolioEnv(gym.Env):
             )
         return day
 
+    def _weight_bounds(self) -> tuple[float, float]:
+        """What an observed weight can be: [0, 1] long-only; [-G, 1 + G] long-short (cash holds short proceeds)."""
+        if not self.book.long_short:
+            return 0.0, 1.0
+        return -self.book.gross_leverage, 1.0 + self.book.gross_leverage
+
     def _info(self) -> dict[str, Any]:
         return {"day": self._day, "date": self.market.dates[self._day]}
 
     def step(self, action: np.ndarray):
-        target = scores_to_weights(torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device))
+        action = torch.as_tensor(np.asarray(action, dtype=np.float32), device=self.market.device)
+        target = cash_first(action[1:]) if self.book.long_short else scores_to_weights(action)
         fill = self.market.fill(
             torch.tensor(self._day, device=self.market.device), execution_delay=self.execution_delay
         )
-        result = trade(self._held, target, fill, cost_rate=self.cost_rate)
+        deciding = self._step % self.book.rebalance_every == 0  # off the cadence nothing trades
+        rebalance = None if self.book.rebalance_every == 1 else torch.tensor(deciding, device=self.market.device)
+        result = trade(self._held, target, fill, cost_rate=self.cost_rate, book=self.book, rebalance=rebalance)
         self._held = result.next_weights
-        self._weights = target if orders_seen_as_sent(self.market, self.execution_delay) else result.next_weights
+        if self.sent:  # the order as sent; off the cadence none is, and the last one stands
+            self._weights = target if deciding else self._weights
+        else:
+            self._weights = result.next_weights
         self._day += 1
         self._step += 1
         truncated = self._step >= self.episode_days
-        info = {**self._info(), "turnover": float(result.turnover), "cost": float(result.costs)}
+        info = {
+            **self._info(),
+            "turnover": float(result.turnover),
+            "cost": float(result.costs),
+            "impact": 0.0 if result.impact is None else float(result.impact),
+            "fees": 0.0 if result.fees is None else float(result.fees),
+        }
         return self._observation(), float(result.rewards), False, truncated, info
 
     def _observation(self) -> dict[str, np.ndarray]:
         window = self.gatherer.gather(torch.tensor([self._day], device=self.market.device))[0]
-        # Drift can push a weight a hair outside [0, 1] in float32; the space says [0, 1].
-        weights = self._weights.clamp(0.0, 1.0)
+        # Drift can push a weight a hair outside its bounds in float32; the space says where they lie.
+        weights = self._weights.clamp(*self._weight_bounds())
         observation = {"window": window.cpu().numpy(), "weights": weights.cpu().numpy().astype(np.float32)}
         if self.report_tradable:
             tradable = self.market.tradable_on(torch.tensor(self._day, device=self.market.device))
@@ -177,4 +203,5 @@ def make_portfolio_env(
         cost_rate=env.cost_rate,
         execution_delay=env.execution_delay,
         report_tradable=True if config.data.universe == "point_in_time" else None,
+        book=Book.from_env(env),
     )

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import torch
 
+from environment.book import LONG_ONLY, Book
+
 
 class StepResult(NamedTuple):
     next_weights: torch.Tensor
@@ -42,7 +44,13 @@ class StepResult(NamedTuple):
     turnover: torch.Tensor
     """(...) traded fraction of the portfolio (assets only)."""
     costs: torch.Tensor
-    """(...) transaction costs as a fraction of the portfolio's value."""
+    """(...) transaction costs as a fraction of the portfolio's value (impact included)."""
+    target: torch.Tensor | None = None
+    """(..., N + 1) the weights held through the day: the target as it filled (``trade``)."""
+    fees: torch.Tensor | None = None
+    """(...) what holding the book cost beyond cash's rate (borrow, financing); None: nothing."""
+    impact: torch.Tensor | None = None
+    """(...) the part of ``costs`` that grows with size (a volume column's square-root impact); None: none."""
 
 
 def with_cash(relatives: torch.Tensor, cash: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,6 +66,8 @@ def portfolio_step(
     *,
     cost_rate: float,
     next_weights: torch.Tensor | None = None,
+    fees: torch.Tensor | None = None,
+    impact: torch.Tensor | None = None,
 ) -> StepResult:
     """Rebalance to ``target``, pay costs, hold through one day of price ``relatives``.
 
@@ -68,15 +78,32 @@ def portfolio_step(
         cost_rate: cost per unit of turnover.
         next_weights: what the next decision sees instead of the weights drifted through the day (``decision_step``
             with a delay: the order itself); None for the drifted weights.
+        fees: (...) what holding ``target`` costs beyond cash's rate over the day (``Book.fees``), paid from cash.
+        impact: (..., N) each asset's square-root impact scale at this fill (``Fill.impact``): an asset's trade
+            ``|dw|`` costs ``impact * |dw| ** 1.5`` beside ``cost_rate * |dw|``.
     """
-    turnover = (target[..., 1:] - weights[..., 1:]).abs().sum(-1)
+    trades = (target[..., 1:] - weights[..., 1:]).abs()
+    turnover = trades.sum(-1)
     costs = cost_rate * turnover
+    impact_cost = None
+    if impact is not None:
+        impact_cost = (impact * trades * trades.sqrt()).sum(-1)
+        costs = (costs + impact_cost).clamp_max(RUIN)
     held = target * relatives
+    if fees is not None:  # paid from cash; a levered book can lose all it has
+        held = torch.cat([held[..., :1] - fees.unsqueeze(-1), held[..., 1:]], dim=-1)
     growth = held.sum(-1)
+    if fees is not None or impact is not None:
+        growth = growth.clamp_min(1.0 - RUIN)
     rewards = torch.log(growth) + torch.log1p(-costs)
     if next_weights is None:
         next_weights = held / growth.unsqueeze(-1)
-    return StepResult(next_weights, rewards, turnover, costs)
+    return StepResult(next_weights, rewards, turnover, costs, target, fees, impact_cost)
+
+
+RUIN = 1.0 - 1e-6
+"""The most of its value a book can lose in a day or pay to trade: a levered book's loss floors there (its reward at
+about log 1e-6), so a ruinous day is a finite, very bad reward rather than the log of a negative number."""
 
 
 def drift(weights: torch.Tensor, relatives: torch.Tensor) -> torch.Tensor:
@@ -116,6 +143,11 @@ def decision_step(
     fill_relatives: torch.Tensor | None = None,
     tradable: torch.Tensor | None = None,
     delisted: torch.Tensor | None = None,
+    book: Book = LONG_ONLY,
+    rebalance: torch.Tensor | None = None,
+    impact: torch.Tensor | None = None,
+    capacity: torch.Tensor | None = None,
+    days: int = 1,
 ) -> StepResult:
     """A decision's trade at its fill and the day it earns (see the module docstring).
 
@@ -131,6 +163,14 @@ def decision_step(
             stays as it is, and the target's other weights fill the rest (``fill_untradable``).
         delisted: (..., N) the assets past their last price at the fill, whose holdings are paid out in cash first;
             None when none is.
+        book: the book's limits (restored at the fill) and holding costs (``environment.book``).
+        rebalance: (...) or broadcastable, False where this is not a decision day of the book's cadence: nothing
+            trades and the holdings drift on; None: every day is one.
+        impact: (..., N) the square-root impact scale of each asset at the fill (``Fill.impact``); None: no impact.
+        capacity: (..., N) the most of each asset's weight a fill can move (``Fill.capacity``); None: no cap. What
+            cannot fill carries: the holding stays nearer where it was.
+        days: how many days ``relatives`` span (the learner's model of a cadence): the holding costs are charged
+            for each.
 
     Returns:
         The step; its ``next_weights`` are the weights the next decision sees: the drifted holdings when targets fill
@@ -140,9 +180,47 @@ def decision_step(
     if delisted is not None:
         before = pay_out(before, delisted)
     if tradable is not None:
-        target = fill_untradable(target, before, tradable)
+        target = fill_held(target, before, tradable) if book.long_short else fill_untradable(target, before, tradable)
+    if book.limits:
+        target = book.limit(target, tradable)
+    if capacity is not None:
+        target = fill_within(target, before, capacity, book)
+    if rebalance is not None:  # off the cadence the holdings drift on untouched
+        target = torch.where(rebalance, target, before)
     filled = None if fill_relatives is None else target  # a delayed decision sees its order next
-    return portfolio_step(before, target, relatives, cost_rate=cost_rate, next_weights=filled)
+    return portfolio_step(
+        before,
+        target,
+        relatives,
+        cost_rate=cost_rate,
+        next_weights=filled,
+        fees=book.fees(target, days),
+        impact=impact,
+    )
+
+
+def fill_held(target: torch.Tensor, before: torch.Tensor, tradable: torch.Tensor) -> torch.Tensor:
+    """A long-short book's fill when only the ``tradable`` assets (..., N) have a price: each other asset keeps its
+    holding ``before`` (..., N + 1), the tradable ones take the target's weights, and cash is what they leave
+    (``Book.limit`` then shrinks what can move until the limits hold)."""
+    assets = torch.where(tradable, target[..., 1:], before[..., 1:])
+    return torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1)
+
+
+def fill_within(target: torch.Tensor, before: torch.Tensor, capacity: torch.Tensor, book: Book) -> torch.Tensor:
+    """What of ``target`` (..., N + 1) fills when no asset's weight can move more than its ``capacity`` (..., N) from
+    ``before``: each trade is cut to its cap (the rest carries), then buys are cut to what sales and cash pay for
+    (long-only) or the limits restored (long-short)."""
+    move = (target[..., 1:] - before[..., 1:]).clamp(-capacity, capacity)
+    assets = before[..., 1:] + move
+    if book.long_short:
+        return book.limit(torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1))
+    buys = move.clamp_min(0.0)
+    spend = buys.sum(-1, keepdim=True)
+    funds = (before[..., :1] - move.clamp_max(0.0).sum(-1, keepdim=True)).clamp_min(0.0)
+    scale = torch.where(spend > funds, funds / spend.clamp_min(torch.finfo(spend.dtype).tiny), torch.ones_like(spend))
+    assets = before[..., 1:] + move.clamp_max(0.0) + buys * scale
+    return torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1)
 
 
 class Fill(NamedTuple):
@@ -158,12 +236,29 @@ class Fill(NamedTuple):
     """(..., N) the assets that can trade at the fill; None when all always can."""
     delisted: torch.Tensor | None = None
     """(..., N) the assets past their last price at the fill: a holding in one is paid out in cash; None: none is."""
+    impact: torch.Tensor | None = None
+    """(..., N) each asset's square-root impact scale at the fill, ``coefficient * volatility * sqrt(capital /
+    average daily traded value)``: a trade of ``|dw|`` of the book costs ``impact * |dw| ** 1.5``; None: no volume."""
+    capacity: torch.Tensor | None = None
+    """(..., N) the most of the book's value a fill can trade in each asset, ``max_participation * the day's traded
+    value / capital``; None: no volume."""
+    days: int = 1
+    """How many days ``held`` spans: 1 for a day's step; the cadence for the learner's model of a decision."""
 
 
-def trade(weights: torch.Tensor, target: torch.Tensor, fill: Fill, *, cost_rate: float) -> StepResult:
-    """The fill rule: a decision's ``target`` (..., N + 1) traded from the ``weights`` it saw at its ``fill``, and the
-    day it earns (``decision_step``). The vectorised env, the gymnasium env and the learner's model objective all
-    trade through it."""
+def trade(
+    weights: torch.Tensor,
+    target: torch.Tensor,
+    fill: Fill,
+    *,
+    cost_rate: float,
+    book: Book = LONG_ONLY,
+    rebalance: torch.Tensor | None = None,
+) -> StepResult:
+    """The fill rule: a decision's ``target`` (..., N + 1) traded from the ``weights`` it saw at its ``fill`` within
+    the ``book``'s limits (off its cadence, where ``rebalance`` is False, nothing trades), and the day it earns
+    (``decision_step``). The vectorised env, the gymnasium env and the learner's model objective all trade through
+    it."""
     return decision_step(
         weights,
         target,
@@ -172,6 +267,11 @@ def trade(weights: torch.Tensor, target: torch.Tensor, fill: Fill, *, cost_rate:
         fill_relatives=fill.drift,
         tradable=fill.tradable,
         delisted=fill.delisted,
+        book=book,
+        rebalance=rebalance,
+        impact=fill.impact,
+        capacity=fill.capacity,
+        days=fill.days,
     )
 
 

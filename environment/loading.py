@@ -101,5 +101,8 @@ def load_market(config: Config, device: torch.device) -> Market:
         cash_rate=env.cash_rate,
         risk_free=load_risk_free(config, table),
         delisting_return=data.delisting_return,
+        capital=env.capital,
+        impact_coefficient=env.impact_coefficient,
+        max_participation=env.max_participation,
         device=device,
     )

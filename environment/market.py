@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
+from environment.book import TRADING_DAYS
 from environment.kernel import Fill, with_cash
 
-TRADING_DAYS = 252
-"""Trading days in a year: what annual figures and rates are converted with."""
+__all__ = ["TRADING_DAYS", "Market", "Splits", "first_decision"]
 
 
 def first_decision(split: range, execution_delay: int) -> int:
@@ -88,6 +88,11 @@ class Market:
     notes: tuple[str, ...] = ()
     """What the panel became, for a run's first lines: tickers a size limit left out, tickers that list late, delist
     or halt (``environment.features.universe_notes``)."""
+    impact: torch.Tensor | None = None
+    """(T, N) float32 each asset's square-root impact scale on each fill day (``environment.features.size_terms``);
+    None without a volume column: costs do not grow with size."""
+    capacity: torch.Tensor | None = None
+    """(T, N) float32 the most of the book's value a fill on each day can trade in each asset; None likewise."""
     feature_std: torch.Tensor | None = None
     """(N, K) float32 standard deviation used to scale it (1 where the feature is constant), likewise.
 
@@ -98,19 +103,37 @@ class Market:
         # Every day's relatives with cash's first, made once: a step reads its day's row (one gather) instead of
         # gathering, making a column of ones and concatenating (four kernels) every day. Not a field: derived.
         object.__setattr__(self, "_with_cash", with_cash(self.relatives, self.cash_relatives))  # (T, N + 1)
+        object.__setattr__(self, "_spans", {1: self._with_cash})  # days -> (T, N + 1) growth over as many days
+
+    def span_relatives(self, days: int) -> torch.Tensor:
+        """(T, N + 1) each day's growth over ``days`` days from it, cash first: what a holding bought the close
+        before earns until it is traded again (a buy-and-hold's drift); the days after the last count as 1."""
+        if days not in self._spans:
+            grown = self._with_cash.clone()
+            for ahead in range(1, days):
+                grown[:-ahead] *= self._with_cash[ahead:]
+            self._spans[days] = grown
+        return self._spans[days]
 
     def day_relatives(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor:
         """The relatives of ``days + ahead`` (``days`` (...)), cash first: (..., N + 1). ``ahead`` shifts a view, so
         the days a step reads after its decision cost no addition."""
         return self._with_cash[ahead:][days]
 
-    def fill(self, days: torch.Tensor, *, execution_delay: int) -> Fill:
-        """What decisions made on ``days`` (...) meet at their fill, ``execution_delay`` days later (``Fill``)."""
+    def fill(self, days: torch.Tensor, *, execution_delay: int, held_days: int = 1) -> Fill:
+        """What decisions made on ``days`` (...) meet at their fill, ``execution_delay`` days later (``Fill``), their
+        targets held ``held_days`` days (the learner's model of a decision at a cadence; the environments step a
+        day at a time)."""
+        ahead = execution_delay + 1
+        held = self.day_relatives(days, ahead=ahead) if held_days == 1 else self.span_relatives(held_days)[ahead:][days]
         return Fill(
-            held=self.day_relatives(days, ahead=execution_delay + 1),  # (..., N + 1)
+            held=held,  # (..., N + 1)
             drift=None if execution_delay == 0 else self.day_relatives(days, ahead=execution_delay),
             tradable=self.tradable_on(days, ahead=execution_delay),
             delisted=None if self.last_day is None else (days + execution_delay).unsqueeze(-1) > self.last_day,
+            impact=None if self.impact is None else self.impact[execution_delay:][days],
+            capacity=None if self.capacity is None else self.capacity[execution_delay:][days],
+            days=held_days,
         )
 
     def tradable_on(self, days: torch.Tensor, *, ahead: int = 0) -> torch.Tensor | None:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from environment.book import LONG_ONLY, Book
 from environment.kernel import drift, equal_tradable_weights, trade
 from environment.market import Market, first_decision
 from environment.observation import Observation, WindowGatherer
@@ -48,11 +49,13 @@ class Step(NamedTuple):
     (``orders_seen_as_sent``); None where the two are the same."""
 
 
-def orders_seen_as_sent(market: Market, execution_delay: int) -> bool:
+def orders_seen_as_sent(market: Market, execution_delay: int, rebalance_every: int = 1) -> bool:
     """Whether a decision sees the previous order as it was sent rather than as it filled: with a delay of two days or
     more that order fills after the decision, and in a market whose assets do not all trade every day its fill
-    applies a tradability the decision cannot know yet. (With a delay of one day it fills at the decision's close.)"""
-    return execution_delay >= 2 and market.tradable is not None
+    applies a tradability the decision cannot know yet; at a cadence of more than a day, a day off it fills the
+    holdings as they drifted through its fill day, which it cannot know yet either. (With a delay of one day it
+    fills at the decision's close.)"""
+    return execution_delay >= 2 and (market.tradable is not None or rebalance_every > 1)
 
 
 def episode_starts(split: range, *, lookback: int, episode_days: int, execution_delay: int) -> range:
@@ -84,6 +87,8 @@ class VectorPortfolioEnv:
         lookback: int,
         cost_rate: float,
         execution_delay: int,
+        book: Book = LONG_ONLY,
+        record: bool = False,
     ) -> None:
         self.market = market
         self.num_agents = num_agents
@@ -91,13 +96,14 @@ class VectorPortfolioEnv:
         self.episode_days = episode_days
         self.cost_rate = cost_rate
         self.execution_delay = execution_delay
+        self.book = book
         self.gatherer = WindowGatherer(market.features, lookback, market.tradable)
         device = market.device
         n = market.num_assets
         # Everything the environment holds, allocated once.
         self.windows = self.gatherer.empty(num_episodes, device=device)  # (E, N, L * K), the current observation's
         self.weights = torch.zeros(num_agents, num_episodes, n + 1, device=device)  # (P, E, N + 1), likewise
-        self.sent = orders_seen_as_sent(market, execution_delay)
+        self.sent = orders_seen_as_sent(market, execution_delay, book.rebalance_every)
         # The previous order as it filled, where the decision sees it as sent; else the very weights it sees.
         self.held = torch.zeros_like(self.weights) if self.sent else self.weights  # (P, E, N + 1)
         self._days = torch.zeros(num_episodes, dtype=torch.long, device=device)  # (E,)
@@ -106,6 +112,13 @@ class VectorPortfolioEnv:
         self._step = 0  # the same, counted on the host by ``step``
         self.rewards_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
         self.turnover_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
+        # What a report shows beside the rewards (``record``): each day's costs, holding fees and the weights held.
+        self.record = record
+        if record:
+            self.costs_per_episode = torch.zeros_like(self.rewards_per_episode)
+            self.fees_per_episode = torch.zeros_like(self.rewards_per_episode)
+            self.impact_per_episode = torch.zeros_like(self.rewards_per_episode)
+            self.held_per_episode = torch.zeros(num_agents, num_episodes, episode_days, n + 1, device=device)
 
     @property
     def step_index(self) -> int:
@@ -124,6 +137,10 @@ class VectorPortfolioEnv:
         self._step = 0
         self.rewards_per_episode.zero_()
         self.turnover_per_episode.zero_()
+        if self.record:
+            for history in (self.costs_per_episode, self.fees_per_episode, self.impact_per_episode):
+                history.zero_()
+            self.held_per_episode.zero_()
         return self.observe()
 
     def observe(self) -> Observation:
@@ -163,28 +180,45 @@ class VectorPortfolioEnv:
         ``observe_block``). Returns the day's transitions, or None without ``transition`` (validation keeps only the
         histories, and copies nothing for a replay buffer)."""
         fill = self.market.fill(self._days, execution_delay=self.execution_delay)  # each tensor (E, ...)
-        result = trade(self.held, actions, fill, cost_rate=self.cost_rate)
+        every = self.book.rebalance_every
+        rebalance = None if every == 1 else self._day % every == 0  # (1,): a decision day of the book's cadence
+        result = trade(self.held, actions, fill, cost_rate=self.cost_rate, book=self.book, rebalance=rebalance)
         self.rewards_per_episode.index_copy_(2, self._day, result.rewards.unsqueeze(-1))
         self.turnover_per_episode.index_copy_(2, self._day, result.turnover.unsqueeze(-1))
+        if self.record:
+            self._record(result)
+        # Off the cadence a decision is no order: the book holds on, as the decision saw it.
+        decided = actions if rebalance is None else torch.where(rebalance, actions, self.weights)
         step = None
         if transition:
             step = Step(
                 days=self._days.clone(),
                 weights=self.weights.clone(),
-                actions=actions,
+                actions=decided,
                 rewards=result.rewards,
-                next_weights=actions if self.sent else result.next_weights,
+                next_weights=decided if self.sent else result.next_weights,
                 truncated=(self._day == self.episode_days - 1).squeeze(0),
                 held=self.held.clone() if self.sent else None,
             )
         if self.sent:  # the next decision sees this order as sent; the next trade starts from it as it filled
             self.held.copy_(result.next_weights)
-            self.weights.copy_(actions)
+            self.weights.copy_(decided)
         else:
             self.weights.copy_(result.next_weights)
         self._days += 1
         self._day += 1
         return step
+
+    def _record(self, result) -> None:
+        """Writes the day's costs, holding fees, impact and weights held into their histories."""
+        zero = torch.zeros_like(result.rewards)
+        for history, value in (
+            (self.costs_per_episode, result.costs),
+            (self.fees_per_episode, zero if result.fees is None else result.fees),
+            (self.impact_per_episode, zero if result.impact is None else result.impact),
+        ):
+            history.index_copy_(2, self._day, value.unsqueeze(-1))
+        self.held_per_episode.index_copy_(2, self._day, result.target.unsqueeze(2))
 
     def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:
         """``apply``; returns the transition and the next observation (None once the window is truncated)."""

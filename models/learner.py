@@ -42,6 +42,7 @@ from typing import NamedTuple
 import torch
 
 from config import Config, LearnerConfig, ModelConfig
+from environment.book import LONG_ONLY, Book
 from environment.kernel import trade
 from models.networks import Actor, Critic
 from models.optim import BatchedAdam
@@ -79,6 +80,8 @@ class Learner:
         model: the networks' widths.
         settings: the learner's hyperparameters (``config.LearnerConfig``).
         cost_rate: the environment's, for the ``model`` objective.
+        book: the book the actor's logits become weights of, traded and held as the environment does
+            (``environment.book``).
         device: where every tensor lives.
         generator: draws the initial parameters.
         share: the agents of a larger population these are (``models.share``; all ``agents`` by default): every
@@ -97,6 +100,7 @@ class Learner:
         cost_rate: float,
         device: torch.device | str,
         generator: torch.Generator,
+        book: Book = LONG_ONLY,
         share: Share | None = None,
         per_agent_lr: bool = False,
         noise_generator: torch.Generator | None = None,
@@ -105,6 +109,7 @@ class Learner:
         self.model = model
         self.window_size = window_size
         self.cost_rate = cost_rate
+        self.book = book
         self.share = share or Share.whole(agents)
         twins = settings.algorithm == "td3"
         self.policy_delay = settings.policy_delay if twins else 1
@@ -117,8 +122,9 @@ class Learner:
         critic term): at gamma 0 the buffer need not gather them."""
 
         def networks(kind: type[Actor] | type[Critic]) -> tuple[torch.nn.Module, torch.nn.Module]:
+            extra = {"book": book} if kind is Actor else {}
             with torch.device(device):  # made where they live: the meta device (sizing) allocates nothing
-                online, target = kind(agents, window_size, model), kind(agents, window_size, model)
+                online, target = kind(agents, window_size, model, **extra), kind(agents, window_size, model, **extra)
             if torch.device(device).type != "meta":  # shapes only there: no values to draw
                 online.reset_parameters(generator, share=self.share)
                 with torch.no_grad():
@@ -202,7 +208,7 @@ class Learner:
         logits = self.actor_target.logits(batch.next_obs)
         if smoothing is not None:
             logits = logits + smoothing
-        next_actions = torch.softmax(logits, dim=-1)
+        next_actions = self.book.weights(logits)
         next_q = self.critic_target(batch.next_obs, next_actions)
         if self.twin_critic_target is not None:
             twin = self.twin_critic_target(batch.next_obs, next_actions)
@@ -224,7 +230,7 @@ class Learner:
         actions = self.actor(batch.obs)  # (P, B, N + 1)
         if self.settings.actor_objective == "model":
             held = batch.obs.weights if batch.held is None else batch.held  # the order the trade starts from
-            step = trade(held, actions, batch.fill, cost_rate=self.cost_rate)
+            step = trade(held, actions, batch.fill, cost_rate=self.cost_rate, book=self.book)
             value = step.rewards  # (P, B)
             if gamma > 0:
                 seen = step.next_weights if batch.held is None else actions  # what the next decision sees
@@ -382,6 +388,7 @@ def build_learner(
         config.model,
         config.learner,
         cost_rate=config.env.cost_rate,
+        book=Book.from_env(config.env),
         device=device,
         generator=generator,
         share=share,

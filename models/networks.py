@@ -35,13 +35,12 @@ import torch
 from torch import nn
 
 from config import ModelConfig
+from environment.book import LONG_ONLY, Book
 from environment.observation import Observation
 from models.share import Share
 
 CASH_LOGIT = -4.0
 """Initial bias of the cash logit: a new agent keeps about e^-4 / N of its value in cash."""
-EQUAL_WEIGHT_CASH_LOGIT = -40.0
-"""Cash logit of the equal-weight policy: below float32 resolution next to N logits of 0."""
 HEAD_INIT_SCALE = 0.1
 """The heads' last layers start at this fraction of the default scale: agents start as small tilts."""
 
@@ -142,11 +141,13 @@ class ActorFeatures(NamedTuple):
 class Actor(nn.Module):
     """Deterministic policy of P agents: observation -> logits over N + 1 entries (cash first)."""
 
-    def __init__(self, popsize: int, window_size: int, model: ModelConfig):
+    def __init__(self, popsize: int, window_size: int, model: ModelConfig, *, book: Book = LONG_ONLY):
         super().__init__()
         self.popsize = popsize
         self.window_size = window_size
         self.model = model
+        self.book = book
+        """What the logits become: the target weights of a long-only or a long-short book (``environment.book``)."""
         self.encoder = AssetEncoder(popsize, window_size, model)
         self.asset_head = BatchedMLP(popsize, [2 * model.embedding + 1, model.head_hidden, 1])
         self.cash_head = BatchedMLP(popsize, [model.embedding + 1, model.head_hidden, 1])
@@ -160,16 +161,19 @@ class Actor(nn.Module):
 
     @torch.no_grad()
     def set_equal_weight_(self) -> None:
-        """Every agent becomes the equal-weight policy: 1/N in each asset, nothing in cash, whatever it sees."""
+        """Every agent becomes the equal-weight policy: 1/N in each asset, nothing in cash, whatever it sees (in a
+        long-short book too: every asset's conviction saturated long, the gross scale at 1)."""
         for head in (self.asset_head, self.cash_head):
             head.layers[-1].weight.zero_()
             head.layers[-1].bias.zero_()
-        self.cash_head.layers[-1].bias.fill_(EQUAL_WEIGHT_CASH_LOGIT)
+        asset_logit, cash_logit = self.book.equal_weight_logits()
+        self.asset_head.layers[-1].bias.fill_(asset_logit)
+        self.cash_head.layers[-1].bias.fill_(cash_logit)
 
     @torch.no_grad()
     def agent(self, index: int) -> Actor:
         """Agent ``index`` as a one-agent actor of its own (a copy, on the same device, without gradients)."""
-        single = Actor(1, self.window_size, self.model).to(self.encoder.mlp.layers[0].weight.device)
+        single = Actor(1, self.window_size, self.model, book=self.book).to(self.encoder.mlp.layers[0].weight.device)
         for mine, theirs in zip(single.parameters(), self.parameters()):
             mine.copy_(theirs[index : index + 1])
         return single.requires_grad_(False)
@@ -208,8 +212,8 @@ class Actor(nn.Module):
         return self.decide(self.features(obs), obs.weights)
 
     def forward(self, obs: Observation) -> torch.Tensor:
-        """Target weights (P, M, N + 1) on the simplex."""
-        return torch.softmax(self.logits(obs), dim=-1)
+        """Target weights (P, M, N + 1), cash first: on the simplex for a long-only book (``Book.weights``)."""
+        return self.book.weights(self.logits(obs))
 
 
 class Critic(nn.Module):

@@ -35,7 +35,7 @@ class Population:
         device = learner.actor.encoder.mlp.layers[0].weight.device
         self.device = device
         learning, window_size, model = learner.settings, learner.window_size, learner.model
-        self.champion = Actor(1, window_size, model).to(device)
+        self.champion = Actor(1, window_size, model, book=learner.book).to(device)
         with torch.no_grad():
             self.champion.reset_parameters(generator)
             self.champion.set_equal_weight_()  # until an agent proves an edge over it (training.selection)

@@ -68,6 +68,8 @@ class ReplayBuffer:
         sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         device: where storage lives (the features' device).
         execution_delay: days from a decision to its fill (``env.execution_delay``).
+        held_days: the days a decision's target is held (``env.rebalance_every``): the model objective's fill of a
+            sampled decision spans them.
         share: the agents of the P whose batches are trained here (``models.share``; all by default): every
             ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
         next_obs: rebuild the next observations at sample time; False for a learner that reads none (at ``gamma``
@@ -86,6 +88,7 @@ class ReplayBuffer:
         sample_shape: tuple[int, int],
         device: torch.device | str,
         execution_delay: int,
+        held_days: int = 1,
         share: Share | None = None,
         next_obs: bool = True,
         held: bool = False,
@@ -95,6 +98,7 @@ class ReplayBuffer:
         self.gatherer = gatherer
         self.market = market
         self.execution_delay = execution_delay
+        self.held_days = held_days
         self.sample_shape = sample_shape
         self.share = share or Share.whole(sample_shape[0])
         self.pos = 0  # the host's count of where the next transition goes (``commit``)
@@ -212,7 +216,7 @@ class ReplayBuffer:
             ),
             terminated=s["terminated"][index].float(),
             truncated=s["truncated"][index].float(),
-            fill=self.market.fill(days, execution_delay=self.execution_delay),
+            fill=self.market.fill(days, execution_delay=self.execution_delay, held_days=self.held_days),
             held=s["held"][index] if "held" in s else None,
         )
 

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from config import Config, conventions, describe_conventions, override
+from environment.book import Book
 from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
@@ -76,6 +77,15 @@ METRIC_COLUMNS = (
     "costs",
     "under_a_year",
 )
+EXPOSURE_COLUMNS = (
+    "gross_exposure",
+    "net_exposure",
+    "max_gross_exposure",
+    "min_weight",
+    "borrow_costs",
+    "impact_costs",
+)
+"""What each strategy's book held and paid to hold it (``offline.holdout.Trace.exposure``); empty for the index."""
 LABELS = {
     "champion": "champion",
     "untrained": "untrained (same seed)",
@@ -128,7 +138,8 @@ def _from_export(folder: Path, label: str, benchmark: str | None = None) -> Cham
     spec, tensors = read_bundle(folder, label)
     config = _with_benchmark(in_float32(run_config(spec["source"].get("config"), f"{label}/{bundle.SPEC}")), benchmark)
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
-    actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
+    size = window_size(config.env.lookback, market.num_features)
+    actor = Actor(1, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
     _load_params(actor, tensors, f"{label}/{bundle.TENSORS}", squeezed=True)
     source = {
         "kind": "export",
@@ -146,7 +157,8 @@ def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot evaluate", benchmark=benchmark)
     config = in_float32(config)
-    actor = Actor(1, window_size(config.env.lookback, market.num_features), config.model).requires_grad_(False)
+    size = window_size(config.env.lookback, market.num_features)
+    actor = Actor(1, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
     names = [name for name, _ in actor.named_parameters()]
     _load_params(actor, champion_tensors(gen, names), str(gen.path), squeezed=False)
     history = checkpoint.read_document(gen, "history")
@@ -266,7 +278,10 @@ def report_document(
                 "first_day": result.dates[0],
                 "last_day": result.dates[-1],
                 "episode_starts": result.episode_starts,
-                "metrics": {strategy: m.to_dict() for strategy, m in result.metrics.items()},
+                "metrics": {
+                    strategy: {**m.to_dict(), **result.traces[strategy].exposure()}
+                    for strategy, m in result.metrics.items()
+                },
             }
             for name, result in results.items()
         },
@@ -320,13 +335,13 @@ def table(result: RangeResult, *, cost_rate: float, labels: dict[str, str] = LAB
 def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
     with (out / "evaluation.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["range", "strategy", *METRIC_COLUMNS])
+        writer.writerow(["range", "strategy", *METRIC_COLUMNS, *EXPOSURE_COLUMNS])
         for name, result in results.items():
             for strategy, m in result.metrics.items():
-                values = m.to_dict()
+                values = {**dict.fromkeys(EXPOSURE_COLUMNS), **m.to_dict(), **result.traces[strategy].exposure()}
                 cells = (
                     "" if values[c] is None else int(values[c]) if isinstance(values[c], bool) else values[c]
-                    for c in METRIC_COLUMNS
+                    for c in (*METRIC_COLUMNS, *EXPOSURE_COLUMNS)
                 )
                 writer.writerow([name, strategy, *cells])
     with (out / "daily.csv").open("w", newline="", encoding="utf-8") as f:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from config import Config
+from environment.book import LONG_ONLY, Book
 from environment.kernel import cash_weights, equal_weights
 from environment.market import Market, first_decision
 from environment.observation import window_size
@@ -53,7 +54,27 @@ class Trace:
     costs: np.ndarray
     """(D,) costs each day as a fraction of the portfolio's value before the trade."""
     weights: np.ndarray | None
-    """(D, N + 1) target weights held each day, cash first (None for the index)."""
+    """(D, N + 1) the weights held through each day, cash first: the target as it filled (None for the index)."""
+    fees: np.ndarray | None = None
+    """(D,) what holding the book cost each day beyond cash's rate (borrow and financing), a fraction of its value."""
+    impact: np.ndarray | None = None
+    """(D,) the part of ``costs`` that grew with size (a volume column's square-root impact)."""
+
+    def exposure(self) -> dict[str, float | None]:
+        """What the book held and paid for it: mean and largest gross exposure (sum of |weights|), mean net exposure
+        (sum of weights), the smallest weight held (below 0: a short), and the borrow and impact costs summed."""
+        if self.weights is None:
+            return {}
+        assets = self.weights[:, 1:]
+        gross = np.abs(assets).sum(axis=1)
+        return {
+            "gross_exposure": float(gross.mean()),
+            "net_exposure": float(assets.sum(axis=1).mean()),
+            "max_gross_exposure": float(gross.max()),
+            "min_weight": float(assets.min()),
+            "borrow_costs": float(0.0 if self.fees is None else self.fees.sum()),
+            "impact_costs": float(0.0 if self.impact is None else self.impact.sum()),
+        }
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,7 @@ def run_range(
     lookback: int,
     cost_rate: float,
     execution_delay: int,
+    book: Book = LONG_ONLY,
 ) -> RangeResult:
     """Every actor (one agent each) and every rule on the days of ``days``, as one episode from cash.
 
@@ -108,11 +130,12 @@ def run_range(
         lookback=lookback,
         cost_rate=cost_rate,
         execution_delay=execution_delay,
+        book=book,
+        record=True,
     )
     device = market.device
     equal = equal_weights((len(starts),), n, device=device)
     cash = cash_weights((len(starts),), n, device=device)
-    held = torch.zeros(len(strategies), len(starts), episode_days, n + 1, device=device)
 
     obs = env.reset(torch.tensor(starts, device=device))
     while obs is not None:
@@ -125,15 +148,20 @@ def run_range(
         held_on = env.weights_before_fill()[rows["buy_and_hold"]]  # holding them trades nothing
         actions[rows["buy_and_hold"]] = equal if step == 0 else held_on
         actions[rows["cash"]] = cash
-        held[:, :, step] = actions
         _, obs = env.step(actions)
 
     def series(tensor: torch.Tensor) -> np.ndarray:  # (S, W, D, ...) -> (S, W * D, ...), windows in time order
         return tensor.reshape(tensor.shape[0], -1, *tensor.shape[3:]).double().cpu().numpy()
 
-    rewards, turnover, weights = series(env.rewards_per_episode), series(env.turnover_per_episode), series(held)
+    rewards, turnover, weights = (
+        series(env.rewards_per_episode),
+        series(env.turnover_per_episode),
+        series(env.held_per_episode),
+    )
+    costs, fees, impact = series(env.costs_per_episode), series(env.fees_per_episode), series(env.impact_per_episode)
     traces = {
-        strategy: Trace(rewards[i], turnover[i], cost_rate * turnover[i], weights[i]) for strategy, i in rows.items()
+        strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i])
+        for strategy, i in rows.items()
     }
     earned = [start + execution_delay + 1 + k for start in starts for k in range(episode_days)]
     earned_days = torch.tensor(earned, device=device)
@@ -161,7 +189,12 @@ def run_range(
 def score_champion(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
     env = config.env
-    settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
+    settings = {
+        "lookback": env.lookback,
+        "cost_rate": env.cost_rate,
+        "execution_delay": env.execution_delay,
+        "book": Book.from_env(env),
+    }
     size = window_size(env.lookback, market.num_features)
     population = untrained_actor(config, size, market.device)
     # The untrained agent is chosen the way the champion is: by its validation score.

@@ -59,7 +59,8 @@ def test_the_reference_update_is_the_batched_update_agent_by_agent(tmp_path):
     update_agents(agents[:1], view, 1, generator=generator)
     generator.set_state(state)
     batch = view.sample(generator)
-    expanded = tree_map(lambda t: None if t is None else t.expand(trainer.population.popsize, *t.shape[1:]), batch)
+    popsize = trainer.population.popsize
+    expanded = tree_map(lambda t: t.expand(popsize, *t.shape[1:]) if torch.is_tensor(t) else t, batch)
     trainer.population.learner.update(expanded)
     for single, stacked in zip(agents[0].actor.parameters(), trainer.population.actor.parameters()):
         torch.testing.assert_close(single[0], stacked[0], rtol=1e-4, atol=1e-6)

@@ -88,7 +88,8 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         execution_delay=config.env.execution_delay,
         share=sharding.share,
         next_obs=population.learner.reads_next_obs,  # gathered only for a learner that reads them
-        held=orders_seen_as_sent(market, config.env.execution_delay),
+        held=orders_seen_as_sent(market, config.env.execution_delay, config.env.rebalance_every),
+        held_days=config.env.rebalance_every,
     )
     graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
     validation = Validation(config, market, population, sharding=sharding, graphs=graphs)

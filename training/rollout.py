@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 from config import Config, ModelConfig
+from environment.book import Book
 from environment.kernel import equal_weights
 from environment.market import Market, first_decision
 from environment.observation import window_size
@@ -103,7 +104,7 @@ def roll_out_day(
     the day's decision, trade and writes fused into a few kernels."""
     kept = slice(0, stored_episodes)  # (P, E, ...) -> (P, stored, ...): views, no copy
     logits = actor.decide(features, env.weights)  # (P, E, N + 1)
-    actions = torch.softmax(logits + noise * noise_scale, dim=-1)
+    actions = actor.book.weights(logits + noise * noise_scale)
     step = exchange(env.apply(actions))
     buffer.write(
         days=step.days[kept],
@@ -163,7 +164,10 @@ def validate_day(acting: Actor, env: VectorPortfolioEnv, features: ActorFeatures
     arithmetic alone: with ``runtime.torch_compile`` compiled whole, like ``roll_out_day``."""
     rows = acting.popsize
     logits = acting.decide(features, env.weights[:rows])  # (P + 1, E, N + 1)
-    torch.softmax(logits, dim=-1, out=actions[:rows])
+    if acting.book.long_short:
+        actions[:rows].copy_(acting.book.weights(logits))
+    else:
+        torch.softmax(logits, dim=-1, out=actions[:rows])
     env.equal_weight(out=actions[rows])  # (E, N + 1), equal weight over the day's tradable assets
     env.apply(actions, transition=False)
 
@@ -260,6 +264,7 @@ class Rollouts:
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
             execution_delay=config.env.execution_delay,
+            book=Book.from_env(config.env),
         )
         # Learning episodes fill the replay buffer; fitness episodes trade days it never holds (training.fitness).
         self.episode_starts = training_starts(config, market)
@@ -349,9 +354,10 @@ class Validation:
             lookback=config.env.lookback,
             cost_rate=config.env.cost_rate,
             execution_delay=config.env.execution_delay,
+            book=Book.from_env(config.env),
         )
         size = window_size(config.env.lookback, market.num_features)
-        self.acting = Actor(agents + 1, size, config.model).to(market.device).requires_grad_(False)
+        self.acting = Actor(agents + 1, size, config.model, book=self.env.book).to(market.device).requires_grad_(False)
         n1 = market.num_assets + 1
         self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
         self.actions[-1] = equal_weights((len(starts),), market.num_assets, device=market.device)  # the baseline

@@ -15,7 +15,7 @@ from tests.synthetic import make_market, random_simplex
 
 def tree_leaves(tree: object) -> list[torch.Tensor]:
     """The tensors of a batch (a part the market does not need, such as no fill day's relatives, is None)."""
-    return [leaf for leaf in all_leaves(tree) if leaf is not None]
+    return [leaf for leaf in all_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
 LOOKBACK = 4
