@@ -437,7 +437,24 @@ def conventions(config: Config) -> dict[str, Any]:
         "cash": data.risk_free or env.cash_rate,
         "benchmark": data.benchmark or ("bundled" if not data.path else None),
         "delisting_return": data.delisting_return,
+        "book": describe_book(env),
     }
+
+
+def describe_book(env: EnvConfig) -> str:
+    """The book a run trades, its limits, holding costs, cadence and size, in a few words (``environment.book``)."""
+    cadence = "daily" if env.rebalance_every == 1 else f"every {env.rebalance_every} trading days"
+    size = f"trades sized at {env.capital:,.0f} against a volume column where the file has one"
+    if env.book == "long_only":
+        weight = env.max_weight or 1.0
+        cap = "" if weight >= 1.0 else f", at most {weight:g} an asset"
+        return f"long-only{cap}, rebalanced {cadence}, {size}"
+    low, high = env.net_exposure
+    return (
+        f"long-short: gross <= {env.gross_leverage:g}, net in [{low:g}, {high:g}], at most {env.max_weight or 0.5:g} "
+        f"an asset, borrow {env.borrow_rate * 100:g}%/y, leverage pays cash + {env.financing_spread * 100:g}%/y, "
+        f"rebalanced {cadence}, {size}"
+    )
 
 
 def describe_conventions(values: dict[str, Any]) -> str:
@@ -454,6 +471,8 @@ def describe_conventions(values: dict[str, Any]) -> str:
     line = f"{fills} | universe {values['universe']} | features {features} | {earns}"
     if values["universe"] == "point_in_time" and "delisting_return" in values:  # recorded since it existed
         line += f" | a delisting pays {values['delisting_return'] * 100:g}% where the file gives no return"
+    if "book" in values:  # recorded since it existed
+        line += f" | {values['book']}"
     return line
 
 

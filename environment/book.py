@@ -86,18 +86,6 @@ class Book:
         """Whether holding the book costs anything beyond cash's rate."""
         return self.long_short and (self.borrow > 0 or self.spread > 0)
 
-    def describe(self) -> str:
-        """The book in a few words, for the ``trading:`` line and reports."""
-        cadence = "daily" if self.rebalance_every == 1 else f"every {self.rebalance_every} trading days"
-        if not self.long_short:
-            cap = "" if self.max_weight >= 1.0 else f", at most {self.max_weight:g} an asset"
-            return f"long-only{cap}, rebalanced {cadence}"
-        return (
-            f"long-short: gross <= {self.gross_leverage:g}, net in [{self.net_low:g}, {self.net_high:g}], at most "
-            f"{self.max_weight:g} an asset, borrow {self.borrow * TRADING_DAYS * 100:g}%/y, leverage pays cash + "
-            f"{self.spread * TRADING_DAYS * 100:g}%/y, rebalanced {cadence}"
-        )
-
     def equal_weight_logits(self) -> tuple[float, float]:
         """The (every asset's, cash's) logit whose weights are equal weight: 1/N in each asset, no cash."""
         if not self.long_short:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from config import Config, conventions
+from environment.book import Book
 from environment.features import FEATURE_CLIP, TRADABLE, WARMUP_DAYS
 from environment.market import Market
 from environment.observation import window_size
@@ -59,7 +60,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> dict[str, torch.Tensor]:
     """The champion's parameters by ``Actor`` name, population dim squeezed: weights (in, out), biases (1, out)."""
-    template = Actor(1, window_size, in_float32(config).model)
+    template = Actor(1, window_size, in_float32(config).model, book=Book.from_env(config.env))
     shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
     tensors = champion_tensors(gen, list(shapes))
     params = {}
@@ -148,6 +149,7 @@ def actor_spec(
             ),
         },
         "execution_delay": delay,
+        "book": book_spec(config),
         "universe": config.data.universe,
         "tradable": TRADABLE in market.feature_names,
         "cash": conventions(config)["cash"],
@@ -220,9 +222,34 @@ def actor_logits(params, windows, weights, tradable=None):
     return torch.cat([cash_logit, asset_logits], dim=-1)  # (..., N+1)
 
 
-def target_weights(params, windows, weights, tradable=None):
-    """The actor's action: target portfolio weights (..., N+1) on the simplex, cash first."""
-    return F.softmax(actor_logits(params, windows, weights, tradable), dim=-1)
+def target_weights(params, windows, weights, tradable=None, book=None):
+    """The actor's action: target portfolio weights (..., N+1), cash first. A long-only book (book None or
+    spec["book"] of kind long_only): the softmax of the logits. A long-short one (spec["book"]): each asset's
+    tanh(logit), scaled to a gross of G * sigmoid(-cash logit), then within the book's limits."""
+    logits = actor_logits(params, windows, weights, tradable)
+    if book is None or book["kind"] == "long_only":
+        weights = F.softmax(logits, dim=-1)
+        if book is None or book["max_weight"] >= 1:
+            return weights
+        assets = weights[..., 1:].clamp(max=book["max_weight"])
+        return torch.cat([1 - assets.sum(-1, keepdim=True), assets], dim=-1)
+    assets = logits[..., 1:]
+    conviction = torch.where(torch.isinf(assets), torch.zeros_like(assets), torch.tanh(assets))
+    gross = book["gross_leverage"] * torch.sigmoid(-logits[..., :1])
+    assets = gross * conviction / conviction.abs().sum(-1, keepdim=True).clamp(min=1.0)
+    assets = assets.clamp(-book["max_weight"], book["max_weight"])
+    total = assets.abs().sum(-1, keepdim=True)
+    most = book["gross_leverage"]
+    assets = assets * torch.where(total > most, most / total.clamp(min=1e-30), torch.ones_like(total))
+    longs, shorts = assets.clamp(min=0), assets.clamp(max=0)
+    net = assets.sum(-1, keepdim=True)
+    long_sum, short_sum = longs.sum(-1, keepdim=True), -shorts.sum(-1, keepdim=True)
+    low, high = book["net_exposure"]
+    long_room, short_room = (long_sum - (net - high)).clamp(min=0), (short_sum - (low - net)).clamp(min=0)
+    long_scale = torch.where(long_sum > long_room, long_room / long_sum.clamp(min=1e-30), torch.ones_like(long_sum))
+    short_scale = torch.where(short_sum > short_room, short_room / short_sum.clamp(min=1e-30), torch.ones_like(net))
+    assets = longs * long_scale + shorts * short_scale
+    return torch.cat([1 - assets.sum(-1, keepdim=True), assets], dim=-1)
 
 
 def normalise(raw, spec):
@@ -248,8 +275,23 @@ tradable = ...  # (N,) bool: which tickers have a price at today's close (None i
 weights = torch.zeros(len(spec["tickers"]) + 1)
 weights[0] = 1.0  # a new portfolio: all cash
 with torch.no_grad():
-    target = target_weights(params, window(normalise(raw, spec)), weights, tradable)  # (N+1,), cash first
+    target = target_weights(params, window(normalise(raw, spec)), weights, tradable, spec["book"])  # (N+1,)
 """
+
+
+def book_spec(config: Config) -> dict[str, Any]:
+    """The book the actor's weights are for (``environment.book``), as the export's ``actor.json`` states it."""
+    book = Book.from_env(config.env)
+    return {
+        "kind": book.kind,
+        "gross_leverage": book.gross_leverage,
+        "net_exposure": [book.net_low, book.net_high],
+        "max_weight": book.max_weight,
+        "rebalance_every": book.rebalance_every,
+        "borrow_rate": config.env.borrow_rate if book.long_short else 0.0,
+        "financing_spread": config.env.financing_spread if book.long_short else 0.0,
+        "described": conventions(config)["book"],
+    }
 
 
 def forward_code() -> str:
@@ -324,9 +366,14 @@ with the statistics of the training range {spec["dates"]["train"][0]} to {spec["
 
 ## Action
 
-`target_weights` returns the target weights, shape `({num_assets + 1},)`, cash first (a softmax of the logits).
-{fill_text}; training charged `cost_rate` = {spec["cost_rate"]} per unit of turnover (the sum of absolute weight
-changes over the assets).
+`target_weights` returns the target weights, shape `({num_assets + 1},)`, cash first, for the book in
+`actor.json["book"]`: {spec["book"]["described"]} (long-only: a softmax of the logits; long-short: each asset's
+`tanh` of its logit, scaled to a gross of `gross_leverage * sigmoid(-cash logit)`, clipped to `max_weight`, then the
+gross and the net shrunk into their bounds). {fill_text}; training charged `cost_rate` = {spec["cost_rate"]} per
+unit of turnover (the sum of absolute weight changes over the assets); a long-short book also paid `borrow_rate` a
+year on its shorts' value and `financing_spread` over cash's rate on a loan for longs beyond its value. With
+`rebalance_every` k > 1 it decided every k-th trading day from its first and held (drifting) in between: act on
+those days only.
 
 ## Running it with PyTorch
 

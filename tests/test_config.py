@@ -196,14 +196,19 @@ def test_the_conventions_a_run_states():
         "cash": 0.03,
         "benchmark": "bundled",
         "delisting_return": 0.0,
+        "book": "long-only, rebalanced daily, trades sized at 1,000,000 against a volume column where the file has one",
     }
     line = describe_conventions(stated)
     assert "at the close it observed" in line and "optimistic" in line and "cash earns 3%/y" in line
     assert "fills 1 trading day after the decision" in describe_conventions(conventions(Config()))
     # What a delisting pays where the file says nothing is stated with a point-in-time universe, and only there.
-    assert line.endswith("| a delisting pays 0% where the file gives no return")
+    assert "| a delisting pays 0% where the file gives no return | long-only, rebalanced daily" in line
     lost = conventions(override(Config(), {"data.delisting_return": "-0.3"}))
-    assert describe_conventions(lost).endswith("| a delisting pays -30% where the file gives no return")
+    assert "| a delisting pays -30% where the file gives no return |" in describe_conventions(lost)
+    # The book: its kind, limits, holding costs and cadence.
+    short = conventions(override(Config(), {"env.book": "long_short", "env.rebalance_every": "5"}))["book"]
+    assert short.startswith("long-short: gross <= 2, net in [-1, 1], at most 0.5 an asset, borrow 0.5%/y")
+    assert "rebalanced every 5 trading days" in short
     assert "delisting" not in describe_conventions(conventions(override(Config(), {"data.universe": "common"})))
     earlier = {key: value for key, value in stated.items() if key != "delisting_return"}  # a run of an earlier version
     assert "delisting" not in describe_conventions(earlier)

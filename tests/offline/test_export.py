@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -213,3 +214,28 @@ def test_an_equal_weight_champion_exports_an_actor_that_holds_equal_weight(capsy
     target = namespace["target_weights"](params, windows, weights)
     torch.testing.assert_close(target[:, 1:], torch.full((5, num_assets), 1 / num_assets), atol=1e-6, rtol=0)
     assert (target[:, 0] < 1e-6).all()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"env.book": "long_short"},
+        {"env.book": "long_short", "env.gross_leverage": 1.5, "env.net_exposure": "-0.2,0.4", "env.max_weight": 0.25},
+        {"env.max_weight": 0.3},
+    ],
+)
+def test_the_readme_code_makes_the_books_weights_from_the_logits(exported, settings):
+    """The exported ``target_weights`` turns logits into the weights of the run's book as the trainer does
+    (``Book.weights``, then the limits a fill restores)."""
+    from config import override, preset
+    from environment.book import Book
+
+    config = override(preset("smoke"), settings)
+    book = Book.from_env(config.env)
+    namespace = readme_namespace(exported)
+    logits = 3 * torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    logits[:4, 2] = -math.inf  # an asset without a price
+    namespace["actor_logits"] = lambda *_: logits
+    got = namespace["target_weights"](None, None, None, None, export.book_spec(config))
+    torch.testing.assert_close(got, book.limit(book.weights(logits)), atol=1e-6, rtol=0)
+    assert json.loads((exported / "actor.json").read_text())["book"]["kind"] == "long_only"
