@@ -84,6 +84,7 @@ EXPOSURE_COLUMNS = (
     "min_weight",
     "borrow_costs",
     "impact_costs",
+    "trading_days",
 )
 """What each strategy's book held and paid to hold it (``offline.holdout.Trace.exposure``); empty for the index."""
 LABELS = {

@@ -62,7 +62,8 @@ class Trace:
 
     def exposure(self) -> dict[str, float | None]:
         """What the book held and paid for it: mean and largest gross exposure (sum of |weights|), mean net exposure
-        (sum of weights), the smallest weight held (below 0: a short), and the borrow and impact costs summed."""
+        (sum of weights), the smallest weight held (below 0: a short), the borrow and impact costs summed, and the
+        days it traded (every ``env.rebalance_every``-th day at most)."""
         if self.weights is None:
             return {}
         assets = self.weights[:, 1:]
@@ -74,6 +75,7 @@ class Trace:
             "min_weight": float(assets.min()),
             "borrow_costs": float(0.0 if self.fees is None else self.fees.sum()),
             "impact_costs": float(0.0 if self.impact is None else self.impact.sum()),
+            "trading_days": int((self.turnover > 0).sum()),
         }
 
 

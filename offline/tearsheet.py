@@ -426,9 +426,39 @@ def _calendar_section(part: Part, labels: Mapping[str, str]) -> str:
     )
 
 
+def exposure_series(weights: np.ndarray) -> dict[str, list[float]]:
+    """The long leg, the short leg (negative), the gross and the net of daily weights (D, N + 1), cash first."""
+    assets = np.asarray(weights)[:, 1:]
+    longs, shorts = np.clip(assets, 0.0, None).sum(axis=1), np.clip(assets, None, 0.0).sum(axis=1)
+    return {
+        "long": longs.tolist(),
+        "short": shorts.tolist(),
+        "gross": (longs - shorts).tolist(),
+        "net": (longs + shorts).tolist(),
+    }
+
+
 def _trading_section(part: Part, labels: Mapping[str, str]) -> str:
     out = ""
-    if part.weights is not None:
+    if part.weights is not None and (np.asarray(part.weights)[:, 1:] < 0).any():  # a long-short book
+        panel = SeriesPanel(part.title, list(part.dates), exposure_series(part.weights))
+        out += _figure(
+            lambda buffer: plot_lines(
+                buffer,
+                [panel],
+                title="The champion's long and short exposure each day",
+                ylabel="of the book's value",
+                highlight="net",
+                percent=True,
+                size_px=FIGURE_SIZE_PX,
+            ),
+            alt=f"exposure: {part.title}",
+            size=FIGURE_SIZE_PX,
+            caption="The long leg (sum of positive weights), the short leg (negative weights), the gross (sum of "
+            "|weights|) and the net (sum of weights) held each day; the rest, short proceeds included, is cash, "
+            "the line the equity curves measure a long-short book against.",
+        )
+    elif part.weights is not None:
         out += _figure(
             lambda buffer: plot_weights(
                 buffer,

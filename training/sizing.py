@@ -285,10 +285,11 @@ def working_bytes(
 
 def buffer_tensor_bytes(config: Config, *, num_assets: int, tradable_mask: bool = True) -> list[int]:
     """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors (four where a
-    decision sees the previous order as sent: a delay of two days or more in a market with a ``tradable_mask``),
-    reward, flags."""
+    decision sees the previous order as sent: a delay of two days or more in a market with a ``tradable_mask`` or at
+    a cadence above a day), reward, flags."""
     capacity, n1 = config.learner.buffer_size, num_assets + 1
-    vectors = 4 if config.env.execution_delay >= 2 and tradable_mask else 3
+    sent = config.env.execution_delay >= 2 and (tradable_mask or config.env.rebalance_every > 1)
+    vectors = 4 if sent else 3
     return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * vectors, capacity * FLOAT_BYTES, capacity, capacity]
 
 

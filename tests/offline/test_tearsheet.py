@@ -365,3 +365,27 @@ def test_the_backtest_page_renders_the_pooled_test_the_summary_computes():
     pooled_table = verdict.tables[-1]
     figures = {row[0]: row[1] for row in pooled_table.rows}
     assert {"days", "t", "p value", "outcome"} <= set(figures) and "interval" not in figures
+
+
+def test_a_long_short_champion_shows_its_long_and_short_exposure():
+    """A champion with negative weights gets the exposure figure (long leg, short leg, gross, net) in place of the
+    stacked weights, whose stack a short would fold; a long-only one keeps the stacked weights."""
+    import dataclasses
+
+    sheet = evaluation_sheet(holdout=126, validation=300)
+    part = sheet.parts[0]
+    days = len(part.dates)
+    rng = np.random.default_rng(0)
+    assets = rng.uniform(-0.3, 0.5, size=(days, 4))
+    weights = np.concatenate([1.0 - assets.sum(axis=1, keepdims=True), assets], axis=1)
+    series = tearsheet.exposure_series(weights)
+    np.testing.assert_allclose(np.array(series["gross"]), np.abs(assets).sum(axis=1))
+    np.testing.assert_allclose(np.array(series["net"]), assets.sum(axis=1))
+    np.testing.assert_allclose(np.array(series["long"]) + np.array(series["short"]), assets.sum(axis=1))
+    labels = ["cash", *(f"A{i}" for i in range(4))]
+    short = dataclasses.replace(part, weights=weights, asset_labels=labels)
+    page = tearsheet.render(dataclasses.replace(sheet, parts=[short, *sheet.parts[1:]]))
+    assert "The long leg (sum of positive weights)" in page
+    long_only = dataclasses.replace(part, weights=np.abs(weights) / np.abs(weights).sum(axis=1, keepdims=True))
+    page = tearsheet.render(dataclasses.replace(sheet, parts=[dataclasses.replace(long_only, asset_labels=labels)]))
+    assert "The long leg" not in page and "Target weights held each day" in page
