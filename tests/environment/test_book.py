@@ -273,3 +273,21 @@ def test_book_settings_are_checked():
             override(preset("smoke"), values)
     config = override(preset("smoke"), {"env.book": "long_short", "env.net_exposure": "[-0.5, 0.5]"})
     assert config.env.net_exposure == (-0.5, 0.5)
+
+
+def test_the_learners_model_of_a_decision_at_a_cadence_holds_it_k_days():
+    """A decision at a cadence of k is modelled as held k days: its fill's relatives are each asset's growth over the
+    k days after the fill (a drifting holding's), and its holding fees are charged k times."""
+    market = make_market(num_days=300, num_assets=3, seed=9)
+    market = dataclasses.replace(market, cash_relatives=torch.full((300,), 1.0001))
+    days = torch.tensor([10, 100, 250])
+    fill = market.fill(days, execution_delay=1, held_days=5)
+    rows = market.day_relatives(torch.arange(300))  # (T, N + 1), cash first
+    for i, day in enumerate(days.tolist()):
+        torch.testing.assert_close(fill.held[i], rows[day + 2 : day + 7].prod(0))
+    assert fill.days == 5
+    # the last days of the market: the days after its end count as 1
+    torch.testing.assert_close(market.span_relatives(5)[-1], rows[-1])
+    weights = torch.tensor([1.0, 0.5, -0.5, 0.0])
+    one = LONG_SHORT.fees(weights)
+    assert float(LONG_SHORT.fees(weights, 5)) == pytest.approx(5 * float(one))

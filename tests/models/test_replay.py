@@ -272,18 +272,31 @@ def test_a_missing_segment_does_not_fit(market):
 
 @pytest.mark.parametrize("delay", [0, 1, 3])
 @pytest.mark.parametrize("masked", [False, True], ids=["every-asset-trades", "some-do-not"])
-def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay, masked):
+@pytest.mark.parametrize("book", ["long_only", "long_short_sized"])
+def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay, masked, book):
     """The learner's model objective recomputes a transition's reward from what the buffer gives back (the weights
-    the agent saw, the fill day's and the next day's relatives, which assets could trade at the fill): for the action
-    taken, that is the reward the environment paid, whatever the execution delay and the universe."""
+    the agent saw, the fill day's and the next day's relatives, which assets could trade at the fill, and, with a
+    volume column, each asset's impact and capacity at the fill): for the action taken, that is the reward the
+    environment paid, whatever the execution delay, the universe and the book (its limits and borrow)."""
     import dataclasses
 
-    from environment.kernel import decision_step
+    from config import EnvConfig
+    from environment.book import LONG_ONLY, Book
+    from environment.kernel import trade
 
     market = make_market(seed=7)
     if masked:
         tradable = torch.rand(market.num_days, market.num_assets, generator=torch.Generator().manual_seed(1)) > 0.2
         market = dataclasses.replace(market, tradable=tradable)
+    terms = LONG_ONLY
+    if book == "long_short_sized":
+        terms = Book.from_env(EnvConfig(book="long_short", borrow_rate=0.3, gross_leverage=1.6))
+        sizes = torch.Generator().manual_seed(2)
+        market = dataclasses.replace(
+            market,
+            impact=0.05 * torch.rand(market.num_days, market.num_assets, generator=sizes),
+            capacity=0.3 * torch.rand(market.num_days, market.num_assets, generator=sizes),
+        )
     agents, episodes, days = 2, 3, 8
     env = VectorPortfolioEnv(
         market,
@@ -293,6 +306,7 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
         lookback=LOOKBACK,
         cost_rate=0.002,
         execution_delay=delay,
+        book=terms,
     )
     buffer = ReplayBuffer(
         agents * episodes * days,
@@ -307,20 +321,19 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
     while obs is not None:
-        step, obs = env.step(random_simplex(agents, episodes, market.num_assets + 1, generator=g))
+        actions = random_simplex(agents, episodes, market.num_assets + 1, generator=g)
+        if terms.long_short:  # signed targets, some beyond the limits
+            actions = terms.weights(3 * torch.randn(agents, episodes, market.num_assets + 1, generator=g))
+        step, obs = env.step(actions)
         buffer.add(**step._asdict(), terminated=False)
     batch = buffer.gather(torch.arange(agents * episodes * days).view(agents, -1))
     assert (batch.fill.drift is None) == (delay == 0) and (batch.fill.tradable is None) == (not masked)
     assert (batch.held is not None) == (masked and delay >= 2)
+    assert (batch.fill.impact is None) == (book == "long_only")
     held = batch.obs.weights if batch.held is None else batch.held
-    again = decision_step(
-        held,
-        batch.actions,
-        batch.fill.held,
-        cost_rate=0.002,
-        fill_relatives=batch.fill.drift,
-        tradable=batch.fill.tradable,
-    )
+    again = trade(held, batch.actions, batch.fill, cost_rate=0.002, book=terms)
     torch.testing.assert_close(again.rewards, batch.rewards, rtol=0, atol=1e-6)
     seen = again.next_weights if batch.held is None else batch.actions  # the order as it filled, or as it was sent
     torch.testing.assert_close(seen, batch.next_obs.weights)  # the state the next decision saw
+    if terms.long_short:
+        assert float(again.fees.max()) > 0 and float(again.impact.max()) > 0
