@@ -94,18 +94,20 @@ def paused_market(path):
     return str(path)
 
 
-@pytest.mark.parametrize("market", ["bundled", "paused"])
+@pytest.mark.parametrize("market", ["bundled", "paused", "long_short"])
 def test_a_compiled_day_trades_the_eager_days_numbers_within_tolerance(market, tmp_path):
     """The rollout's and validation's whole day (decision, softmax, trade, reward, the buffer's and the histories'
     writes) compiled as one function: from the same state and draws, every reward, weight and stored transition of
     a generation's days equals the eager day's to float32's rounding, on a market whose assets all trade and on one
-    whose mask closes days."""
+    whose mask closes days, and for a long-short book at a cadence of 3 days."""
     from environment.loading import load_market
     from training.loop import Trainer
 
     settings = {"runtime.device": "cpu", "learner.buffer_size": 400}
     if market == "paused":
         settings.update({"data.path": paused_market(tmp_path / "paused.csv"), "data.max_fill_days": 5})
+    if market == "long_short":
+        settings.update({"env.book": "long_short", "env.rebalance_every": 3})
     config = override(preset("smoke"), settings)
     loaded = load_market(config, torch.device("cpu"))
     assert (loaded.tradable is not None and not bool(loaded.tradable.all())) == (market == "paused")
