@@ -170,3 +170,18 @@ def test_a_step_that_is_not_graph_safe_fails_at_its_capture(work, error):
         step = GraphedStep(lambda: work(tensor, generator), device=torch.device("cuda", 0), enabled=True, warmup=0)
         with pytest.raises((SyncError, RuntimeError), match=error):
             step()
+
+
+@pytest.mark.slow
+def test_a_long_short_book_at_a_cadence_replays_the_eager_numbers_bit_for_bit(tmp_path):
+    """The long-short book's arithmetic and the cadence's day count (on the device: ``day % k``) are graph-safe: the
+    replayed days and updates train the eager run's numbers on the emulated device."""
+    book = {"env.book": "long_short", "env.rebalance_every": 3, "env.execution_delay": 2}
+    with emulate_cuda():
+        runs = {}
+        for graphs in (True, False):
+            config = smoke(tmp_path / str(graphs), graphs=graphs, generations=3, **book)
+            runs[graphs] = start_run(config, log=lambda line: None).trainer
+            runs[graphs].run(until=3)
+    assert runs[True].rollouts.step.captures == 1
+    assert state_digest(runs[True].run_dir) == state_digest(runs[False].run_dir)
