@@ -87,7 +87,7 @@ def portfolio_step(
     costs = cost_rate * turnover
     impact_cost = None
     if impact is not None:
-        impact_cost = (impact * trades * trades.sqrt()).sum(-1)
+        impact_cost = (impact * trades.pow(1.5)).sum(-1)  # pow: a gradient of 0 at no trade (sqrt would give NaN)
         costs = (costs + impact_cost).clamp_max(RUIN)
     held = target * relatives
     if fees is not None:  # paid from cash; a levered book can lose all it has

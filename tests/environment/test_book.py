@@ -291,3 +291,21 @@ def test_the_learners_model_of_a_decision_at_a_cadence_holds_it_k_days():
     weights = torch.tensor([1.0, 0.5, -0.5, 0.0])
     one = LONG_SHORT.fees(weights)
     assert float(LONG_SHORT.fees(weights, 5)) == pytest.approx(5 * float(one))
+
+
+def test_the_model_objectives_gradient_is_finite_through_the_impact_and_the_limits():
+    """The learner differentiates the fill rule: at an asset that does not trade (|dw| = 0) the impact's gradient is
+    0, not NaN, and the limits' clips pass finite gradients."""
+    weights = torch.tensor([[0.5, 0.25, -0.25, 0.5]])
+    logits = torch.tensor([[0.0, 3.0, -3.0, 0.2]], requires_grad=True)
+    target = LONG_SHORT.weights(logits)
+    fill = Fill(held=torch.tensor([[1.0, 1.01, 0.99, 1.0]]), impact=torch.full((1, 3), 0.1), capacity=torch.ones(1, 3))
+    result = trade(weights, target, fill, cost_rate=0.001, book=LONG_SHORT)
+    result.rewards.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+    held = cash_weights((1,), 3)
+    same = held.clone().requires_grad_(True)
+    unmoved = trade(held, same, fill, cost_rate=0.001, book=LONG_SHORT)
+    assert float(unmoved.impact.detach()) == 0.0
+    unmoved.rewards.sum().backward()
+    assert torch.isfinite(same.grad).all()
