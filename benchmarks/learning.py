@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from config import Config, override, parse_assignments, preset
+from environment.book import LONG_ONLY, Book
 from environment.features import WARMUP_DAYS
 from environment.kernel import cash_weights, decision_step
 from environment.synthetic import KINDS, make_market
@@ -44,10 +45,11 @@ from training.selection import edge_bounds, t_statistics
 
 
 def rule_log_returns(
-    market, rule_weights: np.ndarray, days: range, cost_rate: float, *, execution_delay: int
+    market, rule_weights: np.ndarray, days: range, cost_rate: float, *, execution_delay: int, book: Book = LONG_ONLY
 ) -> np.ndarray:
     """The rule's daily log returns on ``days``, one episode from cash, through the environment's kernel: the target it
-    decides at the close of ``day - 1 - execution_delay`` earns ``day``, as an agent's does."""
+    decides at the close of ``day - 1 - execution_delay`` earns ``day``, as an agent's does, within the ``book``'s
+    limits and paying its holding costs."""
     weights = cash_weights((), market.num_assets)
     out = []
     for day in days:
@@ -58,6 +60,7 @@ def rule_log_returns(
             market.day_relatives(torch.tensor(day)).cpu(),
             cost_rate=cost_rate,
             fill_relatives=market.day_relatives(torch.tensor(day - 1)).cpu() if execution_delay else None,
+            book=book,
         )
         out.append(float(step.rewards))
         weights = step.next_weights

@@ -112,10 +112,9 @@ class VectorPortfolioEnv:
         self._step = 0  # the same, counted on the host by ``step``
         self.rewards_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
         self.turnover_per_episode = torch.zeros(num_agents, num_episodes, episode_days, device=device)
-        # What a report shows beside the rewards (``record``): each day's costs, holding fees and the weights held.
+        # What a report shows beside the rewards (``record``): each day's holding fees, impact and the weights held.
         self.record = record
         if record:
-            self.costs_per_episode = torch.zeros_like(self.rewards_per_episode)
             self.fees_per_episode = torch.zeros_like(self.rewards_per_episode)
             self.impact_per_episode = torch.zeros_like(self.rewards_per_episode)
             self.held_per_episode = torch.zeros(num_agents, num_episodes, episode_days, n + 1, device=device)
@@ -138,7 +137,7 @@ class VectorPortfolioEnv:
         self.rewards_per_episode.zero_()
         self.turnover_per_episode.zero_()
         if self.record:
-            for history in (self.costs_per_episode, self.fees_per_episode, self.impact_per_episode):
+            for history in (self.fees_per_episode, self.impact_per_episode):
                 history.zero_()
             self.held_per_episode.zero_()
         return self.observe()
@@ -210,10 +209,9 @@ class VectorPortfolioEnv:
         return step
 
     def _record(self, result) -> None:
-        """Writes the day's costs, holding fees, impact and weights held into their histories."""
+        """Writes the day's holding fees, impact and weights held into their histories."""
         zero = torch.zeros_like(result.rewards)
         for history, value in (
-            (self.costs_per_episode, result.costs),
             (self.fees_per_episode, zero if result.fees is None else result.fees),
             (self.impact_per_episode, zero if result.impact is None else result.impact),
         ):

@@ -160,7 +160,8 @@ def run_range(
         series(env.turnover_per_episode),
         series(env.held_per_episode),
     )
-    costs, fees, impact = series(env.costs_per_episode), series(env.fees_per_episode), series(env.impact_per_episode)
+    fees, impact = series(env.fees_per_episode), series(env.impact_per_episode)
+    costs = cost_rate * turnover + impact  # on the host in float64, as the flat cost always was
     traces = {
         strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i])
         for strategy, i in rows.items()

@@ -293,6 +293,47 @@ def test_the_announced_market_pays_whoever_reads_its_column_at_the_runs_delay(tm
         assert excess.mean() < 0.1 * planted_edge  # a random asset a day, paying a full turnover's costs
 
 
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "noise"])
+def test_the_warned_market_pays_a_short_of_its_marks_more_than_staying_out_at_the_runs_delay(tmp_path, planted):
+    """The long-short benchmark's market: at the run's delay the long-short rule (shorting the marked assets) earns more
+    than the long-only rule (staying out of them), which earns more than equal weight; at the costly arm's borrow the
+    short costs more than it earns, and when the marks are noise neither rule has an edge to pay its trades with."""
+    from benchmarks.learning import SMALL_MARKET, rule_log_returns, small_config
+    from benchmarks.long_short import ARMS, COSTLY_BORROW, MARKED, STRENGTH, warned_market
+    from environment.book import TRADING_DAYS, Book
+
+    config = small_config(1, **{"data.features": "builtin,warn"})
+    delay, cost = config.env.execution_delay, config.env.cost_rate
+    frame, rules = warned_market(seed=3, execution_delay=delay, planted=planted, **SMALL_MARKET)
+    path = tmp_path / "warned.csv"
+    frame.to_csv(path, index=False)
+    market = load_market(override(config, {"data.path": str(path)}), torch.device("cpu"))
+    assert market.feature_names[-1] == "warn" and market.num_assets == SMALL_MARKET["num_assets"]
+    equal = np.zeros_like(rules["long_only"])
+    equal[:, 1:] = 1.0 / market.num_assets
+    days = range(delay + 2, market.num_days)
+    baseline = rule_log_returns(market, equal, days, cost, execution_delay=delay)
+
+    def excess(kind: str, arm: str) -> float:
+        book = Book.from_env(override(config, ARMS[arm]).env)
+        earned = rule_log_returns(market, rules[kind], days, cost, execution_delay=delay, book=book)
+        return float((earned - baseline).mean())
+
+    long_only, long_short = excess("long_only", "long_only"), excess("long_short", "long_short")
+    planted_edge = STRENGTH * MARKED / (market.num_assets - MARKED)  # what the unmarked gain, equal weight nothing
+    if planted:
+        noise, _ = warned_market(seed=3, execution_delay=delay, planted=False, **SMALL_MARKET)
+        noise.to_csv(path, index=False)
+        unmoved = load_market(override(config, {"data.path": str(path)}), torch.device("cpu"))
+        unplanted = rule_log_returns(unmoved, equal, days, cost, execution_delay=delay)
+        assert abs((baseline - unplanted).mean()) < 0.05 * planted_edge  # the marks leave the market's mean as it was
+        assert long_short > long_only > 0.5 * planted_edge
+        assert COSTLY_BORROW / TRADING_DAYS > STRENGTH  # a day's borrow costs more than the fall it is paid
+        assert excess("long_short", "long_short_costly") < long_only
+    else:
+        assert long_only < 0.1 * planted_edge and long_short < 0.1 * planted_edge  # a turnover a day, nothing to earn
+
+
 def test_the_power_benchmarks_null_series_take_a_longer_block_when_asked():
     """``--null-block-scale`` tests the same simulated series with the chosen block length times the scale, and the
     figures say which scale they were measured at."""

@@ -33,12 +33,22 @@ REFERENCE_COMMIT = "2660d34ca79d77c9b470163606c9da4a7b41bd3c"
 CHANGED_SINCE = ("calmar", "under_a_year")
 """Risk figures whose reporting changed since: a sample under a year (the smoke preset's half-year ranges) has no
 Calmar ratio now, and says it is under a year; every other figure is compared as it was."""
+ADDED_SINCE = (
+    "gross_exposure",
+    "net_exposure",
+    "max_gross_exposure",
+    "min_weight",
+    "borrow_costs",
+    "impact_costs",
+    "trading_days",
+)
+"""Figures of the book a strategy held (issue 47), which the earlier version did not report."""
 
 
 def comparable(figures: dict) -> dict:
     for metrics in figures["metrics"].values():
         for strategy in metrics.values():
-            for key in CHANGED_SINCE:
+            for key in (*CHANGED_SINCE, *ADDED_SINCE):
                 strategy.pop(key, None)
     return figures
 
