@@ -6,6 +6,7 @@
     python main.py inspect TARGET [--json] [--plot FILE]                          read a checkpoint
     python main.py evaluate TARGET [--out DIR] [--json] [--tensorboard]           holdout report with baselines
     python main.py export TARGET OUT_DIR                                          write the champion's actor
+    python main.py trade TARGET --data FILE [--holdings FILE | --since DATE]      the next orders (orders.csv)
     python main.py backtest [--seeds 0,1,2] [--folds 4] [--jobs N] [flags]        walk-forward backtest
     torchrun --nproc_per_node=W main.py [backtest] [flags]                        over W processes (one per GPU)
 
@@ -26,7 +27,7 @@ from persistence import run_folder
 from utils.errors import InputError
 
 EXIT_BAD_INPUT = 2
-SINGLE_PROCESS_COMMANDS = ("inspect", "evaluate", "export")
+SINGLE_PROCESS_COMMANDS = ("inspect", "evaluate", "export", "trade")
 """Commands that never shard: under torchrun with several processes they are refused."""
 FINAL_UPLOAD_TIMEOUT_S = 600.0
 """Longest wait for the last uploads of a finished run; what did not arrive stays in the local copy."""
@@ -44,6 +45,7 @@ COMMANDS = {
     "evaluate": "evaluate TARGET [--out DIR] [--json]: the champion on the holdout against the baselines",
     "backtest": "backtest [--seeds 0,1,2] [--folds N]: walk-forward runs, one per test year and seed",
     "export": "export TARGET OUT_DIR: the champion's actor for use elsewhere",
+    "trade": "trade TARGET --data FILE [--holdings FILE | --since DATE]: the champion's next orders (orders.csv)",
 }
 """The commands beside training, each with ``python main.py COMMAND --help`` of its own."""
 
@@ -225,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             from offline import export
 
             return export.main(argv[1:])
+        if argv and argv[0] == "trade":
+            from offline import trade
+
+            return trade.main(argv[1:])
         if argv and argv[0] == "backtest":
             from offline import backtest
 

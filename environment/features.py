@@ -173,6 +173,7 @@ def build_market(
     capital: float = 1_000_000.0,
     impact_coefficient: float = 0.5,
     max_participation: float = 0.1,
+    statistics_rows: int | None = None,
     device: torch.device | str = "cpu",
 ) -> Market:
     """Builds the features, relatives and splits of a price table, on ``device``.
@@ -192,6 +193,9 @@ def build_market(
             no delisting return for it (``data.delisting_return``).
         capital, impact_coefficient, max_participation: with a volume column (``table.volumes``), what sizes the
             book's trades against each day's traded value (``size_terms``).
+        statistics_rows: the rows after the warm-up whose features give the normalisation statistics and decide the
+            ``tradable`` input; None: the training range. A run's own count when the table extends its data (``trade``:
+            the same rows give the same statistics, bit for bit).
 
     Raises:
         DataError: the table has too few rows for one training episode plus validation and holdout, or a feature
@@ -239,14 +243,15 @@ def build_market(
     raw = _raw_values(table, names)[WARMUP_DAYS:]  # (T, N, K), NaN where missing
     if not all_tradable:
         raw[~table.tradable[WARMUP_DAYS:]] = np.nan  # a day without a price has no feature
-    train = raw[:train_stop]
+    fitted = train_stop if statistics_rows is None else statistics_rows  # the rows the networks' inputs are fitted on
+    train = raw[:fitted]
     num_assets = raw.shape[1]
     missing = np.isnan(train).any()
     if missing:
         for k in np.flatnonzero(np.isnan(train).all(axis=(0, 1))):
             raise DataError(
                 f"data.features: {names[k]} has no value on the training days ({_iso(table.dates[WARMUP_DAYS])} to "
-                f"{_iso(table.dates[WARMUP_DAYS + train_stop - 1])}), so it cannot be normalised; drop it or use "
+                f"{_iso(table.dates[WARMUP_DAYS + fitted - 1])}), so it cannot be normalised; drop it or use "
                 "data from when it has values"
             )
     # One mean and spread per feature over all assets' training days, repeated per asset: (N, K).
@@ -264,7 +269,7 @@ def build_market(
     tradable = None if all_tradable else table.tradable[WARMUP_DAYS:]  # (T, N): the days each asset can trade
     # Whether the networks see a ``tradable`` input is decided on the training days alone, as everything they see is:
     # a market whose only missing prices come after them trains no input it would first meet out of sample.
-    if tradable is not None and not tradable[:train_stop].all():
+    if tradable is not None and not tradable[:fitted].all():
         values = np.concatenate([values, tradable[..., None].astype(np.float32)], axis=-1)
         mean = np.concatenate([mean, np.zeros((num_assets, 1))], axis=1)
         std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)

@@ -85,7 +85,8 @@ def load_risk_free(config: Config, table: PriceTable) -> np.ndarray | None:
     return rates
 
 
-def load_market(config: Config, device: torch.device) -> Market:
+def load_market(config: Config, device: torch.device, *, statistics_rows: int | None = None) -> Market:
+    """The market ``config`` names on ``device`` (``statistics_rows``: see ``build_market``)."""
     data, env = config.data, config.env
     table = load_table(config)
     return build_market(
@@ -104,5 +105,6 @@ def load_market(config: Config, device: torch.device) -> Market:
         capital=env.capital,
         impact_coefficient=env.impact_coefficient,
         max_participation=env.max_participation,
+        statistics_rows=statistics_rows,
         device=device,
     )

@@ -333,6 +333,23 @@ def table(result: RangeResult, *, cost_rate: float, labels: dict[str, str] = LAB
     return "\n".join(lines)
 
 
+WEIGHTS_FILE = "weights.csv"
+"""The champion's order as sent at each decision date of both ranges: what ``trade`` prints for a day, given the
+data up to it (``tests/offline/test_trade.py`` holds the two to each other)."""
+
+
+def _write_orders(path: Path, tickers: Sequence[str], results: dict[str, RangeResult]) -> None:
+    rows = []
+    for result in results.values():
+        trace = result.traces["champion"]
+        rows.extend(zip(trace.decided, trace.orders.tolist(), strict=True))
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["date", "cash", *tickers])
+        for date, weights in sorted(rows):
+            writer.writerow([date, *(repr(float(w)) for w in weights)])
+
+
 def _write_csvs(out: Path, results: dict[str, RangeResult]) -> None:
     with (out / "evaluation.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
@@ -424,7 +441,8 @@ def write_report(
     document = report_document(champion, results, overfitting)
     (out / "evaluation.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     _write_csvs(out, results)
-    written = ["evaluation.json", "evaluation.csv", "daily.csv", *_write_plots(out, champion, results)]
+    _write_orders(out / WEIGHTS_FILE, champion.market.tickers, results)
+    written = ["evaluation.json", "evaluation.csv", "daily.csv", WEIGHTS_FILE, *_write_plots(out, champion, results)]
     market = champion.market
     sheet = tearsheet.evaluation_sheet(
         results,

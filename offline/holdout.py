@@ -59,6 +59,10 @@ class Trace:
     """(D,) what holding the book cost each day beyond cash's rate (borrow and financing), a fraction of its value."""
     impact: np.ndarray | None = None
     """(D,) the part of ``costs`` that grew with size (a volume column's square-root impact)."""
+    orders: np.ndarray | None = None
+    """(D, N + 1) the target each decision sent, cash first, before its fill (``trade`` prints the next one)."""
+    decided: tuple[str, ...] = ()
+    """(D,) the date of each decision (the close it observed)."""
 
     def exposure(self) -> dict[str, float | None]:
         """What the book held and paid for it: mean and largest gross exposure (sum of |weights|), mean net exposure
@@ -136,6 +140,7 @@ def run_range(
         record=True,
     )
     device = market.device
+    sent = torch.zeros(len(strategies), len(starts), episode_days, n + 1, device=device)
     equal = equal_weights((len(starts),), n, device=device)
     cash = cash_weights((len(starts),), n, device=device)
 
@@ -150,6 +155,7 @@ def run_range(
         held_on = env.weights_before_fill()[rows["buy_and_hold"]]  # holding them trades nothing
         actions[rows["buy_and_hold"]] = equal if step == 0 else held_on
         actions[rows["cash"]] = cash
+        sent[:, :, step] = actions
         _, obs = env.step(actions)
 
     def series(tensor: torch.Tensor) -> np.ndarray:  # (S, W, D, ...) -> (S, W * D, ...), windows in time order
@@ -162,8 +168,10 @@ def run_range(
     )
     fees, impact = series(env.fees_per_episode), series(env.impact_per_episode)
     costs = cost_rate * turnover + impact  # on the host in float64, as the flat cost always was
+    orders = series(sent)
+    decided = tuple(market.dates[start + k] for start in starts for k in range(episode_days))
     traces = {
-        strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i])
+        strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i], orders[i], decided)
         for strategy, i in rows.items()
     }
     earned = [start + execution_delay + 1 + k for start in starts for k in range(episode_days)]

@@ -39,6 +39,7 @@ def test_report_files(report):
             "evaluation.json",
             "evaluation.csv",
             "daily.csv",
+            "weights.csv",
             "equity.png",
             "drawdowns.png",
             "weights.png",
