@@ -281,3 +281,84 @@ def relative_figures(
         information_ratio=math.nan if tracking == 0.0 else float(active.mean()) / tracking * math.sqrt(year),
         active_return=float(active.mean()) * year,
     )
+
+
+# ---------------------------------------------------------------------------------------------- the distribution
+
+TAIL = 0.05
+"""The tail the value at risk, the conditional value at risk and the tail ratio look at: the worst (and best) 5% of
+days."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """What a quantstats reader looks up of a series' daily simple returns ``exp(r) - 1`` (empyrical's and
+    quantstats' definitions): its tails, its moments, its best and worst days and months, how often and how much it
+    wins. A moment of a series without spread is None: not measured (never an assumed 0 or 3)."""
+
+    value_at_risk: float
+    """The 5th percentile of the daily returns (numpy's linear interpolation): a loss exceeded on 5% of days."""
+    conditional_value_at_risk: float
+    """The mean of the daily returns at or below the value at risk: the average day of the worst 5%."""
+    skew: float | None
+    """``m3 / m2 ** 1.5`` of the daily returns (central moments, the biased estimator: scipy's default)."""
+    excess_kurtosis: float | None
+    """``m4 / m2 ** 2 - 3``: 0 for a normal distribution (scipy's default, Fisher's)."""
+    best_day: float
+    worst_day: float
+    best_month: float | None
+    worst_month: float | None
+    """Calendar months' returns (``calendar_returns``), partial months included; None without dates."""
+    win_rate: float | None
+    """The share of days with a gain among the days with a gain or a loss (days of no change are neither)."""
+    average_win: float | None
+    average_loss: float | None
+    """The mean return of the winning days, of the losing days (negative)."""
+    profit_factor: float | None
+    """The winning days' returns summed over the losing days' losses summed; None without a losing day."""
+    tail_ratio: float | None
+    """``|95th percentile| / |5th percentile|``: how large the best days are against the worst; None if the 5th is 0."""
+
+
+def distribution(log_returns: ArrayLike, dates: Sequence[str] | None = None, *, start: str = "") -> Distribution:
+    """The ``Distribution`` of daily log returns (``dates`` and ``start``, the close before the first, for the
+    months)."""
+    simple = np.expm1(_series(log_returns, "log_returns", None if dates is None else len(dates)))
+    var = float(np.percentile(simple, 100 * TAIL))
+    centred = simple - simple.mean()
+    m2 = float(np.mean(centred**2))
+    spread = m2 > 1e-30
+    wins, losses = simple[simple > 0], simple[simple < 0]
+    months = None
+    if dates is not None:
+        months = [p.total_return for p in calendar_returns(log_returns, dates, start=start, after=None, period="month")]
+    low = float(np.percentile(simple, 100 * TAIL))
+    return Distribution(
+        value_at_risk=var,
+        conditional_value_at_risk=float(simple[simple <= var].mean()),
+        skew=float(np.mean(centred**3) / m2**1.5) if spread else None,
+        excess_kurtosis=float(np.mean(centred**4) / m2**2 - 3.0) if spread else None,
+        best_day=float(simple.max()),
+        worst_day=float(simple.min()),
+        best_month=None if months is None else max(months),
+        worst_month=None if months is None else min(months),
+        win_rate=float(len(wins) / (len(wins) + len(losses))) if len(wins) + len(losses) else None,
+        average_win=float(wins.mean()) if len(wins) else None,
+        average_loss=float(losses.mean()) if len(losses) else None,
+        profit_factor=float(wins.sum() / -losses.sum()) if len(losses) else None,
+        tail_ratio=float(abs(np.percentile(simple, 100 * (1 - TAIL))) / abs(low)) if low != 0 else None,
+    )
+
+
+def concentration(weights: ArrayLike, labels: Sequence[str], *, top: int = 5) -> tuple[float, list[tuple[str, float]]]:
+    """How concentrated daily weights (D, N + 1), cash first, are: the effective number of assets, the mean over days
+    of ``1 / sum_i (w_i / sum_j |w_j|) ** 2`` over the assets (N for equal weight, 1 for one asset; a day all in cash
+    counts as none), and the ``top`` assets by mean |weight| with it."""
+    assets = np.abs(np.asarray(weights, dtype=np.float64)[:, 1:])
+    gross = assets.sum(axis=1)
+    invested = gross > 1e-12
+    shares = assets[invested] / gross[invested, None]
+    effective = float(np.mean(1.0 / (shares**2).sum(axis=1))) if invested.any() else 0.0
+    mean = assets.mean(axis=0)
+    order = np.argsort(-mean, kind="stable")[:top]
+    return effective, [(labels[1 + i], float(mean[i])) for i in order]

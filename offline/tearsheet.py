@@ -35,6 +35,8 @@ from offline.performance import (
     CALMAR_MIN_DAYS,
     annualised,
     calendar_returns,
+    concentration,
+    distribution,
     drawdown_periods,
     relative_figures,
     rolling_sharpe,
@@ -51,6 +53,7 @@ SECTIONS = (
     "Drawdowns",
     "Rolling Sharpe ratio",
     "Monthly and yearly returns",
+    "Return distribution",
     "Weights, turnover and costs",
     "Against the benchmark",
 )
@@ -438,6 +441,66 @@ def exposure_series(weights: np.ndarray) -> dict[str, list[float]]:
     }
 
 
+def distribution_table(part: Part, labels: Mapping[str, str]) -> Table:
+    """Every strategy's daily-return distribution (``offline.performance.distribution``)."""
+    header = [
+        "strategy",
+        "VaR 5%",
+        "CVaR 5%",
+        "skew",
+        "excess kurtosis",
+        "best day",
+        "worst day",
+        "best month",
+        "worst month",
+        "win rate",
+        "average win",
+        "average loss",
+        "profit factor",
+        "tail ratio",
+    ]
+    rows = []
+    for strategy, returns in part.log_returns.items():
+        d = distribution(returns, part.dates, start=part.start)
+        rows.append(
+            [
+                labels[strategy],
+                _percent(d.value_at_risk, 2),
+                _percent(d.conditional_value_at_risk, 2),
+                _ratio(d.skew),
+                _ratio(d.excess_kurtosis),
+                _percent(d.best_day, 2),
+                _percent(d.worst_day, 2),
+                _percent(d.best_month),
+                _percent(d.worst_month),
+                "n/a" if d.win_rate is None else f"{100 * d.win_rate:.1f}%",
+                _percent(d.average_win, 2),
+                _percent(d.average_loss, 2),
+                "n/a" if d.profit_factor is None else f"{d.profit_factor:.2f}",
+                "n/a" if d.tail_ratio is None else f"{d.tail_ratio:.2f}",
+            ]
+        )
+    return Table(header, rows)
+
+
+def _distribution_section(part: Part, labels: Mapping[str, str]) -> str:
+    out = _paragraph(
+        "Of the daily simple returns: the value at risk and its conditional mean over the worst 5% of days, the "
+        "moments (n/a for a series without spread: not measured), the extremes, and how often and how much a day "
+        "wins (a day of no change neither wins nor loses).",
+        "note",
+    )
+    out += _table(distribution_table(part, labels))
+    if part.weights is not None:
+        effective, top = concentration(part.weights, part.asset_labels)
+        held = ", ".join(f"{name} {100 * weight:.1f}%" for name, weight in top)
+        out += _paragraph(
+            f"The champion's concentration: {effective:.1f} effective assets on average (1 / the sum of squared "
+            f"shares of its gross; {len(part.asset_labels) - 1} for equal weight), its largest mean holdings {held}."
+        )
+    return out
+
+
 def _trading_section(part: Part, labels: Mapping[str, str]) -> str:
     out = ""
     if part.weights is not None and (np.asarray(part.weights)[:, 1:] < 0).any():  # a long-short book
@@ -536,6 +599,7 @@ SECTION_WRITERS = (
     _drawdown_section,
     _rolling_section,
     _calendar_section,
+    _distribution_section,
     _trading_section,
     _relative_section,
 )

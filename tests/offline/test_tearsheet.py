@@ -19,6 +19,8 @@ from offline.holdout import INDEX
 from offline.performance import (
     annualised,
     calendar_returns,
+    concentration,
+    distribution,
     drawdown_periods,
     relative_figures,
     rolling_sharpe,
@@ -389,3 +391,42 @@ def test_a_long_short_champion_shows_its_long_and_short_exposure():
     long_only = dataclasses.replace(part, weights=np.abs(weights) / np.abs(weights).sum(axis=1, keepdims=True))
     page = tearsheet.render(dataclasses.replace(sheet, parts=[dataclasses.replace(long_only, asset_labels=labels)]))
     assert "The long leg" not in page and "Target weights held each day" in page
+
+
+def test_the_distribution_agrees_with_empyrical_and_scipy():
+    """VaR, CVaR and the tail ratio against empyrical-reloaded; skew and excess kurtosis against scipy's defaults; the
+    win figures against a direct count; the best and worst month against the calendar returns."""
+    from scipy import stats
+
+    r = returns(500, seed=3)
+    r[::17] = 0.0  # days of no change: neither wins nor losses
+    dates = business_days("2019-01-02", 500)
+    simple = np.expm1(r)
+    d = distribution(r, dates, start="2018-12-31")
+    assert d.value_at_risk == pytest.approx(empyrical.value_at_risk(simple), **TIGHT)
+    assert d.conditional_value_at_risk == pytest.approx(empyrical.conditional_value_at_risk(simple), **TIGHT)
+    assert d.tail_ratio == pytest.approx(empyrical.tail_ratio(simple), **TIGHT)
+    assert d.skew == pytest.approx(stats.skew(simple), **TIGHT)
+    assert d.excess_kurtosis == pytest.approx(stats.kurtosis(simple), **TIGHT)
+    wins, losses = simple[simple > 0], simple[simple < 0]
+    assert d.win_rate == pytest.approx(len(wins) / (len(wins) + len(losses)))
+    assert (d.average_win, d.average_loss) == pytest.approx((wins.mean(), losses.mean()))
+    assert d.profit_factor == pytest.approx(wins.sum() / -losses.sum())
+    assert (d.best_day, d.worst_day) == (simple.max(), simple.min())
+    months = [p.total_return for p in calendar_returns(r, dates, start="2018-12-31", after=None, period="month")]
+    assert (d.best_month, d.worst_month) == (max(months), min(months))
+    flat = distribution(np.zeros(300))  # no spread: no moment is assumed
+    assert flat.skew is None and flat.excess_kurtosis is None and flat.win_rate is None and flat.tail_ratio is None
+
+
+def test_concentration_counts_effective_assets_and_names_the_largest_holdings():
+    labels = ["cash", "A", "B", "C", "D"]
+    equal = np.tile([0.0, 0.25, 0.25, 0.25, 0.25], (10, 1))
+    assert concentration(equal, labels)[0] == pytest.approx(4.0)
+    one = np.tile([0.0, 0.0, 1.0, 0.0, 0.0], (10, 1))
+    effective, top = concentration(one, labels, top=2)
+    assert effective == pytest.approx(1.0) and top[0] == ("B", 1.0)
+    long_short = np.tile([1.0, 0.5, -0.5, 0.0, 0.0], (10, 1))  # two assets, equal in size, either sign
+    assert concentration(long_short, labels)[0] == pytest.approx(2.0)
+    page = tearsheet.render(evaluation_sheet(holdout=126, validation=300))
+    assert "Return distribution" in page and "effective assets" in page and "CVaR 5%" in page
