@@ -22,7 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, DateFormatter
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter, MaxNLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator, PercentFormatter
 
 HISTORY_SIZE_PX: tuple[int, int] = (1000, 700)
 """(width, height) in pixels of ``plot_history``'s PNG."""
@@ -175,6 +175,21 @@ class _PlainLogFormatter(LogFormatter):
         return f"{x:.4g}" if super().__call__(x, pos) else ""
 
 
+def growth_axis(ax: Axes, values: Sequence[float]) -> None:
+    """A log y axis for growth-of-1 curves whose labels span the curves: within less than a decade of range (the
+    usual case), about six evenly spaced plain ticks (0.9, 1, 1.1, 1.2), since a log axis labels only 1 and the
+    minor ticks 0.9 and 2 .. 9 there; over a decade or more, the log axis's own labels."""
+    ax.set_yscale("log")
+    low, high = (min(values), max(values)) if values else (1.0, 1.0)
+    if high < 10 * low:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.4g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        return
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def plot_equity(
     path: Target,
     panels: Sequence[SeriesPanel],
@@ -195,9 +210,7 @@ def plot_equity(
     for ax, panel, (dates, series) in zip(axes, panels, checked):
         for name, values in series.items():
             ax.plot(dates, values, **_style(name, highlight, len(dates)))
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(_PlainLogFormatter())
-        ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        growth_axis(ax, [v for values in series.values() for v in values if not math.isnan(v)])
         ax.set_ylabel("growth of 1 (log scale)")
         _date_axis(ax, panel.title, dates, legend=bool(series))
     figure.savefig(path, format="png")

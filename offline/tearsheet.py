@@ -19,6 +19,7 @@ such samples (``offline.performance.annualised``, ``CALMAR_MIN_DAYS``).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import math
@@ -337,18 +338,28 @@ def _summary_section(part: Part, labels: Mapping[str, str]) -> str:
     return "".join(_paragraph(n, "note") for n in notes) + _table(summary_table(part, labels))
 
 
+def identical_to_champion(part: Part) -> list[str]:
+    """The baselines whose daily returns are the champion's, day for day (equal weight, when no agent was crowned):
+    their lines would lie under the champion's, where no one can see them; the page names them instead."""
+    champion = np.asarray(part.log_returns["champion"])
+    return [s for s, r in part.log_returns.items() if s != "champion" and np.array_equal(np.asarray(r), champion)]
+
+
 def _equity_section(part: Part, labels: Mapping[str, str]) -> str:
+    hidden = identical_to_champion(part)
+    shown = dataclasses.replace(part, log_returns={s: r for s, r in part.log_returns.items() if s not in hidden})
+    same = f" {', '.join(labels[s] for s in hidden)}: identical to the champion, not drawn." if hidden else ""
     return _figure(
         lambda out: plot_equity(
             out,
-            [_strategies_named(part, labels, equity_curve)],
+            [_strategies_named(shown, labels, equity_curve)],
             title="Growth of 1, net of costs",
             highlight=labels["champion"],
             size_px=FIGURE_SIZE_PX,
         ),
         alt=f"equity curves: {part.title}",
         size=FIGURE_SIZE_PX,
-        caption="The value of 1 invested at the close before the first day (log scale), champion in black.",
+        caption="The value of 1 invested at the close before the first day (log scale), champion in black." + same,
     )
 
 
@@ -534,7 +545,7 @@ def _trading_section(part: Part, labels: Mapping[str, str]) -> str:
             caption="Target weights held each day, stacked, cash first.",
         )
     traded = [s for s in TRADES_SHOWN if s in part.turnover]
-    if traded:
+    if traded and len(part.dates) > 1:
         paid = {}
         for s in traded:  # costs per unit of starting capital, as RiskMetrics.costs adds them up
             equity = equity_curve(part.log_returns[s])[:-1]  # (D,) the value before each day's trade
@@ -543,8 +554,11 @@ def _trading_section(part: Part, labels: Mapping[str, str]) -> str:
             (
                 "Turnover each day",
                 "traded fraction",
-                {labels[s]: list(part.turnover[s]) for s in traded},
-                "The fraction of the portfolio traded each day, sum |target - held|.",
+                {labels[s]: [math.nan, *list(part.turnover[s])[1:]] for s in traded},
+                "The fraction of the portfolio traded each day, sum |target - held|, from the second day: the first "
+                "day's buy from cash ("
+                + ", ".join(f"{labels[s]} {100 * float(part.turnover[s][0]):.0f}%" for s in traded)
+                + ") would set the scale.",
             ),
             (
                 "Costs paid so far",
@@ -660,7 +674,7 @@ _DEFINITIONS = (
     (
         "Deflated Sharpe ratio and PBO",
         "How much of the champion's validation edge over equal weight the number of candidates tried explains "
-        "(offline/overfitting.py; README, Skill or luck?).",
+        "(offline/overfitting.py; docs/backtest.md, section Skill or luck?).",
     ),
 )
 

@@ -430,3 +430,36 @@ def test_concentration_counts_effective_assets_and_names_the_largest_holdings():
     assert concentration(long_short, labels)[0] == pytest.approx(2.0)
     page = tearsheet.render(evaluation_sheet(holdout=126, validation=300))
     assert "Return distribution" in page and "effective assets" in page and "CVaR 5%" in page
+
+
+def test_the_growth_axis_labels_the_range_a_curve_spans():
+    """A curve from 0.9 to 1.2 gets evenly spaced plain labels across it (a log axis alone labels 1 and 0.9 there); a
+    curve over decades keeps the log axis's labels."""
+    from matplotlib.figure import Figure
+
+    from offline.plots import growth_axis
+
+    ax = Figure().add_subplot()
+    ax.plot([0, 1, 2], [0.9, 1.05, 1.2])
+    growth_axis(ax, [0.9, 1.05, 1.2])
+    ax.set_ylim(0.9, 1.2)
+    ticks = [t for t in ax.get_yticks() if 0.9 <= t <= 1.2]
+    assert len(ticks) >= 3 and max(ticks) >= 1.1
+    assert ax.yaxis.get_major_formatter()(1.1, 0) == "1.1"
+    wide = Figure().add_subplot()
+    wide.plot([0, 1], [1.0, 50.0])
+    growth_axis(wide, [1.0, 50.0])
+    assert wide.get_yscale() == "log"
+
+
+def test_a_baseline_identical_to_the_champion_is_named_not_drawn_under_it():
+    import dataclasses
+
+    sheet = evaluation_sheet(holdout=126, validation=300)
+    part = sheet.parts[0]
+    same = dataclasses.replace(part, log_returns={**part.log_returns, "equal_weight": part.log_returns["champion"]})
+    assert tearsheet.identical_to_champion(same) == ["equal_weight"]
+    page = tearsheet.render(dataclasses.replace(sheet, parts=[same]))
+    assert f"{sheet.labels['equal_weight']}: identical to the champion, not drawn." in page
+    assert "identical to the champion" not in tearsheet.render(sheet)
+    assert "the first day&#x27;s buy from cash" in page or "the first day's buy from cash" in page

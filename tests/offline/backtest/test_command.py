@@ -16,6 +16,7 @@ import torch
 
 import main
 from benchmarks.naive_selection import naive_fold
+from offline import tearsheet
 from offline.backtest.report import OUTPUTS
 from persistence import checkpoint
 from tests import hold_points
@@ -34,7 +35,7 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     # The tear sheet: the test years chained for the seed, champion against the baselines, and the summary's figures.
     page = (folder / "report.html").read_text(encoding="utf-8")
     assert "Seed 0: test years 2004, 2005 chained" in page and "Backtest summary" in page
-    assert page.count("<h3") == 7 and "data:image/png;base64," in page
+    assert page.count("<h3") == len(tearsheet.SECTIONS) and "data:image/png;base64," in page
 
     # The same backtest, killed (SIGKILL: no cleanup) once the second fold has its first checkpoint, held at the
     # start of its second generation (tests/hold_points.py; the first fold, released ahead, goes on).
