@@ -217,6 +217,44 @@ def rolling_sharpe(
     return out
 
 
+def rolling_volatility(log_returns: ArrayLike, window: int, *, periods_per_year: int = TRADING_DAYS) -> np.ndarray:
+    """(D,) the annualised volatility of the ``window`` days ending on each day: the standard deviation (``ddof=1``)
+    of the simple returns times ``sqrt(periods_per_year)``, ``offline.risk``'s; NaN before a full window."""
+    if window < 2:
+        raise ValueError(f"window must be >= 2 days, got {window}")
+    simple = np.expm1(_series(log_returns, "log_returns"))
+    out = np.full(simple.shape[0], math.nan)
+    if simple.shape[0] >= window:
+        windows = np.lib.stride_tricks.sliding_window_view(simple, window)
+        out[window - 1 :] = windows.std(axis=1, ddof=1) * math.sqrt(periods_per_year)
+    return out
+
+
+def rolling_beta(
+    log_returns: ArrayLike, benchmark: ArrayLike, window: int, *, risk_free: ArrayLike | None = None
+) -> np.ndarray:
+    """(D,) the beta of the ``window`` days ending on each day: the slope of the series' excess simple returns on the
+    benchmark's (``relative_figures``' beta, window by window); NaN before a full window and where the benchmark's
+    window has no spread."""
+    if window < 2:
+        raise ValueError(f"window must be >= 2 days, got {window}")
+    y = _excess(log_returns, risk_free)
+    x = _excess(benchmark, risk_free)
+    if x.shape != y.shape:
+        raise ValueError(f"benchmark needs one value per day: {x.shape[0]} values for {y.shape[0]} days")
+    out = np.full(y.shape[0], math.nan)
+    if y.shape[0] < window:
+        return out
+    xs = np.lib.stride_tricks.sliding_window_view(x, window)
+    ys = np.lib.stride_tricks.sliding_window_view(y, window)
+    xc = xs - xs.mean(axis=1, keepdims=True)
+    yc = ys - ys.mean(axis=1, keepdims=True)
+    variance = (xc**2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[window - 1 :] = np.where(variance > 0, (xc * yc).sum(axis=1) / variance, math.nan)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- against a benchmark
 
 

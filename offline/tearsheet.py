@@ -40,7 +40,9 @@ from offline.performance import (
     distribution,
     drawdown_periods,
     relative_figures,
+    rolling_beta,
     rolling_sharpe,
+    rolling_volatility,
 )
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_lines, plot_weights
 from offline.risk import TRADING_DAYS, drawdown_curve, equity_curve, risk_metrics
@@ -411,19 +413,55 @@ def _rolling_section(part: Part, labels: Mapping[str, str]) -> str:
             series[labels[s]] = [None if math.isnan(v) else float(v) for v in values]
         panels.append(SeriesPanel(f"{window}-day window", list(part.dates), series))
     size = (FIGURE_SIZE_PX[0], FIGURE_SIZE_PX[1] * len(panels))
-    return text + _figure(
+    return (
+        text
+        + _figure(
+            lambda out: plot_lines(
+                out,
+                panels,
+                title="Rolling Sharpe ratio over cash",
+                ylabel="Sharpe ratio",
+                highlight=labels["champion"],
+                size_px=size,
+            ),
+            alt=f"rolling Sharpe: {part.title}",
+            size=size,
+            caption="Each point: the Sharpe ratio of the window of days ending that day, annualised by sqrt(252) (a "
+            f"{shown[0]}-day window extrapolates {shown[0]} days to a year); gaps where a window's days are all equal.",
+        )
+        + _rolling_risk(part, labels, shown[0], strategies)
+    )
+
+
+def _rolling_risk(part: Part, labels: Mapping[str, str], window: int, strategies: Sequence[str]) -> str:
+    """The rolling volatility of every strategy shown, and the champion's rolling beta to the index where there is
+    one, over the shortest window."""
+
+    def gaps(values: np.ndarray) -> list[float | None]:
+        return [None if math.isnan(v) else float(v) for v in values]
+
+    panels = [
+        SeriesPanel(
+            f"{window}-day volatility",
+            list(part.dates),
+            {labels[s]: gaps(rolling_volatility(part.log_returns[s], window)) for s in strategies},
+        )
+    ]
+    if INDEX in part.log_returns:
+        beta = rolling_beta(part.log_returns["champion"], part.log_returns[INDEX], window, risk_free=part.cash_returns)
+        panels.append(
+            SeriesPanel(f"{window}-day beta to {labels[INDEX]}", list(part.dates), {labels["champion"]: gaps(beta)})
+        )
+    size = (FIGURE_SIZE_PX[0], FIGURE_SIZE_PX[1] * len(panels))
+    return _figure(
         lambda out: plot_lines(
-            out,
-            panels,
-            title="Rolling Sharpe ratio over cash",
-            ylabel="Sharpe ratio",
-            highlight=labels["champion"],
-            size_px=size,
+            out, panels, title="Rolling volatility and beta", ylabel="", highlight=labels["champion"], size_px=size
         ),
-        alt=f"rolling Sharpe: {part.title}",
+        alt=f"rolling volatility and beta: {part.title}",
         size=size,
-        caption="Each point: the Sharpe ratio of the window of days ending that day, annualised by sqrt(252) (a "
-        f"{shown[0]}-day window extrapolates {shown[0]} days to a year); gaps where a window's days are all equal.",
+        caption=f"Each point: over the {window} days ending that day, the annualised volatility of the daily simple "
+        "returns (sqrt(252) x their standard deviation) and, against the index, the champion's beta (the slope of its "
+        "excess returns over cash on the index's).",
     )
 
 

@@ -463,3 +463,20 @@ def test_a_baseline_identical_to_the_champion_is_named_not_drawn_under_it():
     assert f"{sheet.labels['equal_weight']}: identical to the champion, not drawn." in page
     assert "identical to the champion" not in tearsheet.render(sheet)
     assert "the first day&#x27;s buy from cash" in page or "the first day's buy from cash" in page
+
+
+def test_rolling_volatility_and_beta_against_a_direct_computation_and_empyrical():
+    from offline.performance import rolling_beta, rolling_volatility
+
+    r, b = returns(300, seed=5), returns(300, seed=6)
+    window = 63
+    vol = rolling_volatility(r, window)
+    assert np.isnan(vol[: window - 1]).all()
+    simple = np.expm1(r)
+    assert vol[-1] == pytest.approx(np.std(simple[-window:], ddof=1) * math.sqrt(TRADING_DAYS), **TIGHT)
+    assert vol[-1] == pytest.approx(empyrical.annual_volatility(simple[-window:]), **TIGHT)
+    beta = rolling_beta(r, b, window)
+    assert beta[-1] == pytest.approx(empyrical.beta(simple[-window:], np.expm1(b)[-window:]), rel=1e-9)
+    assert beta[-1] == pytest.approx(relative_figures(r[-window:], b[-window:]).beta, rel=1e-9)
+    flat = rolling_beta(r, np.zeros(300), window)
+    assert np.isnan(flat).all()  # a benchmark without spread has no beta
