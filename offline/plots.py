@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import matplotlib
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, DateFormatter
@@ -334,4 +335,54 @@ def plot_lines(
             ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
         ax.set_ylabel(ylabel)
         _date_axis(ax, panel.title, dates, legend=bool(series))
+    figure.savefig(path, format="png")
+
+
+def plot_month_grid(
+    path: Target, years: Sequence[str], grid: Sequence[Sequence[float | None]], *, title: str, size_px: tuple[int, int]
+) -> None:
+    """Write a PNG of monthly returns as a coloured grid, a row per year and a column per month, each cell labelled
+    in percent: red for a loss, green for a gain, white at 0, the colour scale symmetric about 0 so equal moves
+    look equal; an empty cell is a month without days.
+
+    Raises:
+        ValueError: a row that is not twelve months long, or no rows.
+    """
+    if not grid or any(len(row) != 12 for row in grid) or len(grid) != len(years):
+        raise ValueError("the grid needs one row of 12 months per year")
+    values = np.array([[math.nan if v is None else float(v) for v in row] for row in grid])
+    figure, (ax,) = _figure(size_px, title, 1)
+    reach = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 0.01
+    image = ax.imshow(values * 100, cmap="RdYlGn", vmin=-reach * 100, vmax=reach * 100, aspect="auto")
+    ax.set_xticks(range(12), ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])
+    ax.set_yticks(range(len(years)), list(years))
+    for (row, column), value in np.ndenumerate(values):
+        if math.isfinite(value):
+            ax.text(column, row, f"{100 * value:+.1f}", ha="center", va="center", fontsize=8)
+    figure.colorbar(image, ax=ax, format=PercentFormatter(xmax=100), label="monthly return")
+    figure.savefig(path, format="png")
+
+
+def plot_year_bars(
+    path: Target, years: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str, size_px: tuple[int, int]
+) -> None:
+    """Write a PNG of yearly returns as grouped bars, a group per year and a bar per named series (the champion
+    beside the index), in percent, with a line at 0.
+
+    Raises:
+        ValueError: a series whose length is not the number of years, or no series.
+    """
+    if not series or any(len(values) != len(years) for values in series.values()):
+        raise ValueError("every series needs one value per year")
+    figure, (ax,) = _figure(size_px, title, 1)
+    width = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        offsets = [i - 0.4 + width * (k + 0.5) for i in range(len(years))]
+        ax.bar(offsets, [100 * v for v in values], width=width, label=name)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(years)), list(years))
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=100))
+    ax.set_ylabel("yearly return")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
     figure.savefig(path, format="png")

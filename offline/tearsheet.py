@@ -44,7 +44,16 @@ from offline.performance import (
     rolling_sharpe,
     rolling_volatility,
 )
-from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_lines, plot_weights
+from offline.plots import (
+    SeriesPanel,
+    WeightsPanel,
+    plot_drawdowns,
+    plot_equity,
+    plot_lines,
+    plot_month_grid,
+    plot_weights,
+    plot_year_bars,
+)
 from offline.risk import TRADING_DAYS, drawdown_curve, equity_curve, risk_metrics
 from persistence import checkpoint
 
@@ -465,16 +474,63 @@ def _rolling_risk(part: Part, labels: Mapping[str, str], window: int, strategies
     )
 
 
+def month_grid(part: Part, strategy: str = "champion") -> tuple[list[str], list[list[float | None]]]:
+    """The strategy's monthly returns as (years, a row of 12 months per year, None where a month has no days)."""
+    months = calendar_returns(
+        part.log_returns[strategy], part.dates, start=part.start, after=part.after, period="month"
+    )
+    years = sorted({p.period[:4] for p in months})
+    grid: list[list[float | None]] = [[None] * 12 for _ in years]
+    for p in months:
+        grid[years.index(p.period[:4])][int(p.period[5:]) - 1] = p.total_return
+    return years, grid
+
+
 def _calendar_section(part: Part, labels: Mapping[str, str]) -> str:
-    return (
-        _paragraph(
-            f"The champion's return in each calendar month and year; {PARTIAL_MARK} marks a partial period, one the "
-            "days start or end inside, whose return covers only its traded days.",
-            "note",
+    years, grid = month_grid(part)
+    height = max(240, 60 + 36 * len(years))
+    out = _paragraph(
+        f"The champion's return in each calendar month and year; {PARTIAL_MARK} marks a partial period, one the "
+        "days start or end inside, whose return covers only its traded days.",
+        "note",
+    )
+    out += _figure(
+        lambda buffer: plot_month_grid(
+            buffer, years, grid, title="The champion's monthly returns", size_px=(FIGURE_SIZE_PX[0], height)
+        ),
+        alt=f"monthly returns: {part.title}",
+        size=(FIGURE_SIZE_PX[0], height),
+        caption="Each cell a calendar month's return in percent, red a loss and green a gain on a scale symmetric "
+        "about 0; the first and last months may be partial (the table below marks them).",
+    )
+    out += _table(monthly_table(part))
+    if INDEX in part.log_returns:
+        yearly = {
+            labels[s]: [
+                p.total_return
+                for p in calendar_returns(
+                    part.log_returns[s], part.dates, start=part.start, after=part.after, period="year"
+                )
+            ]
+            for s in ("champion", INDEX)
+        }
+        names = [
+            p.period
+            for p in calendar_returns(
+                part.log_returns["champion"], part.dates, start=part.start, after=part.after, period="year"
+            )
+        ]
+        out += _figure(
+            lambda buffer: plot_year_bars(
+                buffer, names, yearly, title=f"Yearly returns against {labels[INDEX]}", size_px=FIGURE_SIZE_PX
+            ),
+            alt=f"yearly returns against the index: {part.title}",
+            size=FIGURE_SIZE_PX,
+            caption="Each calendar year's return of the champion beside the index's (a partial year covers only its "
+            "traded days).",
         )
-        + _table(monthly_table(part))
-        + _paragraph("Every strategy's return in each calendar year:", "note")
-        + _table(yearly_table(part, labels))
+    return (
+        out + _paragraph("Every strategy's return in each calendar year:", "note") + _table(yearly_table(part, labels))
     )
 
 

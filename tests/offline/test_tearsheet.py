@@ -480,3 +480,18 @@ def test_rolling_volatility_and_beta_against_a_direct_computation_and_empyrical(
     assert beta[-1] == pytest.approx(relative_figures(r[-window:], b[-window:]).beta, rel=1e-9)
     flat = rolling_beta(r, np.zeros(300), window)
     assert np.isnan(flat).all()  # a benchmark without spread has no beta
+
+
+def test_the_month_grid_holds_each_months_return_and_the_page_draws_it_and_the_years_against_the_index():
+    sheet = evaluation_sheet(holdout=126, validation=300)
+    part = sheet.parts[0]
+    years, grid = tearsheet.month_grid(part)
+    months = calendar_returns(
+        part.log_returns["champion"], part.dates, start=part.start, after=part.after, period="month"
+    )
+    assert sum(v is not None for row in grid for v in row) == len(months)
+    for p in months:
+        assert grid[years.index(p.period[:4])][int(p.period[5:]) - 1] == p.total_return
+    page = tearsheet.render(sheet)
+    assert "monthly returns:" in page  # the grid's alt text
+    assert ("yearly returns against the index" in page) == (INDEX in part.log_returns)
