@@ -822,6 +822,7 @@ DIAGNOSTIC_NAMES = {
     "sharpe": "Sharpe ratio per day of the validation excess over equal weight",
     "skewness": "skewness of the daily excess",
     "kurtosis": "kurtosis of the daily excess (3: normal)",
+    "moments": "skewness and kurtosis",
     "days": "validation days",
     "expected_max_sharpe": "Sharpe ratio per day the best of the trials shows by luck (expected)",
     "trial_sharpe_variance": "variance of the trials' Sharpe ratios",

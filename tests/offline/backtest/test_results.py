@@ -64,6 +64,11 @@ def test_folds_carry_their_runs_overfitting_diagnostics(prices, tmp_path, capsys
     assert "champion_edge" not in result and result["champion_bound"] == state["champion_bound"]  # a bound, named so
     assert diagnostics["trials"] == 8
     assert diagnostics["deflated_sharpe_of"] == ("champion" if result["champion_generation"] else "best candidate")
+    if not result["champion_generation"]:  # no champion's series: its shape is assumed, and never shown as measured
+        assert diagnostics["skewness"] is None and diagnostics["kurtosis"] is None
+        assert diagnostics["moments"].startswith("assumed normal")
+    else:
+        assert diagnostics["moments"] == "measured" and diagnostics["kurtosis"] is not None
     assert result["deflated_sharpe"] == diagnostics["deflated_sharpe"] and 0.0 <= result["deflated_sharpe"] <= 1.0
     assert result["pbo"] == diagnostics["pbo"] and 0.0 <= result["pbo"] <= 1.0
     summary = json.loads((tmp_path / "backtest" / "summary.json").read_text())
