@@ -300,7 +300,7 @@ def _deflated_sharpe_of_run(
         "trials": trials,
         "deflated_sharpe_reading": reading if crowned else f"{reading} (no agent was crowned: not the champion's)",
         "sharpe": moments.sharpe,
-        # Without a crowned champion there is no series to measure: its shape is assumed normal, never shown as measured.
+        # Without a crowned champion there is no series to measure: its shape is assumed normal, not shown as measured
         "skewness": moments.skewness if crowned else None,
         "kurtosis": moments.kurtosis if crowned else None,
         "moments": "measured" if crowned else "assumed normal (skewness 0, kurtosis 3): no champion's series",
