@@ -56,6 +56,9 @@ class Orders:
     """(N + 1,) the weights the decision saw, cash first."""
     target: np.ndarray
     """(N + 1,) the order, cash first."""
+    rebalances: bool = True
+    """Whether the last close is a decision day of the book's cadence (``env.rebalance_every``), counted from the
+    replay's first decision: on any other the run would not trade, and neither should its user."""
 
     def rows(self) -> list[dict[str, Any]]:
         names = ("cash", *self.tickers)
@@ -199,6 +202,7 @@ def next_orders(champion: ChampionActor, market: Market, *, since: str | None, h
         fills=fills if isinstance(fills, str) else fills.strftime("%Y-%m-%d"),
         seen=obs.weights[0, 0].double().numpy(),
         target=target.double().numpy(),
+        rebalances=(last - start) % env_config.rebalance_every == 0,
     )
 
 
@@ -235,14 +239,26 @@ def run(
     write_orders(path, orders)
     trading = describe_conventions(conventions(champion.config))
     if as_json:
-        document = {"decided": orders.decided, "fills": orders.fills, "trading": trading, "orders": orders.rows()}
+        document = {
+            "decided": orders.decided,
+            "fills": orders.fills,
+            "rebalances": orders.rebalances,
+            "trading": trading,
+            "orders": orders.rows(),
+        }
         log(json.dumps(document, allow_nan=False))
         return path
     lines = [
         describe_champion(champion.source),
         f"trading: {trading}",
         f"orders decided at the close of {orders.decided}, to fill at the close of {orders.fills}"
-        + (" (a business-day estimate)" if champion.config.env.execution_delay else ""),
+        + (" (a business-day estimate)" if champion.config.env.execution_delay else "")
+        + (
+            ""
+            if orders.rebalances
+            else f"; not a decision day of the book's cadence (every {champion.config.env.rebalance_every} trading "
+            "days from --since): the run would hold, not trade, today"
+        ),
         f"{'ticker':<12}{'current':>10}{'target':>10}{'trade':>10}",
     ]
     for row in orders.rows():

@@ -68,7 +68,7 @@ def test_the_file_cut_after_a_holdout_day_gives_evaluates_order_for_it(evaluated
     status, out, err = _trade(capsys, root, cut, "--since", start, "--json", "--out", str(tmp_path / "orders"))
     assert status == 0, err
     orders = json.loads(out.strip().splitlines()[-1])
-    assert orders["decided"] == t
+    assert orders["decided"] == t and orders["rebalances"]  # a daily book decides every day
     target = {row["ticker"]: row["target_weight"] for row in orders["orders"]}
     expected = weights[t]
     assert {name: float(expected[name]) for name in target} == target  # exactly: the same arithmetic on the same days
@@ -120,3 +120,28 @@ def test_a_file_whose_history_differs_or_ends_too_early_is_refused(evaluated, ca
     status, _, err = _trade(capsys, root, tmp_path / "early.csv", "--out", str(out_dir))
     assert status == 2 and "the first decision out of sample" in err
     assert not out_dir.exists()
+
+
+def test_at_a_cadence_the_orders_say_whether_today_is_a_decision_day(evaluated, capsys, tmp_path):
+    """A run rebalancing every 5 trading days: from --since, the 5th close after is a decision day, the 4th is not."""
+    _, frame, document, _ = evaluated
+    data = tmp_path / "prices.csv"
+    frame.to_csv(data, index=False)
+    argv = ["--preset", "smoke", "--data", str(data), "--checkpoint-uri", str(tmp_path), "--run-name", "k5"]
+    assert (
+        main.main([*argv, "--no-progress", "--device", "cpu", "--generations", "1", "--set", "env.rebalance_every=5"])
+        == 0
+    )
+    dates = sorted(set(frame["date"]))
+    start = document["ranges"]["holdout"]["episode_starts"][0]
+    first = dates.index(start)
+    for ahead, decides in ((4, False), (5, True)):
+        cut = tmp_path / f"cut{ahead}.csv"
+        frame[frame["date"] <= dates[first + ahead]].to_csv(cut, index=False)
+        capsys.readouterr()
+        status = main.main(
+            ["trade", str(tmp_path / "k5"), "--data", str(cut), "--since", start, "--json", "--out", str(tmp_path)]
+        )
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["rebalances"] is decides
