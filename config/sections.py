@@ -112,6 +112,11 @@ class EnvConfig:
     max_participation: float = 0.1
     """With a volume column: the most of a day's traded value one fill may take; what cannot fill carries."""
 
+    @property
+    def weight_cap(self) -> float:
+        """``max_weight``, or the book's default where it is 0: 1 long-only, 0.5 long-short."""
+        return self.max_weight or (1.0 if self.book == "long_only" else 0.5)
+
     def __post_init__(self) -> None:
         _require(self.lookback >= 1, "env.lookback", "must be >= 1")
         _require(1.0 <= self.gross_leverage <= 10.0, "env.gross_leverage", "must be in [1, 10]")
@@ -446,12 +451,11 @@ def describe_book(env: EnvConfig) -> str:
     cadence = "daily" if env.rebalance_every == 1 else f"every {env.rebalance_every} trading days"
     size = f"trades sized at {env.capital:,.0f} against a volume column where the file has one"
     if env.book == "long_only":
-        weight = env.max_weight or 1.0
-        cap = "" if weight >= 1.0 else f", at most {weight:g} an asset"
+        cap = "" if env.weight_cap >= 1.0 else f", at most {env.weight_cap:g} an asset"
         return f"long-only{cap}, rebalanced {cadence}, {size}"
     low, high = env.net_exposure
     return (
-        f"long-short: gross <= {env.gross_leverage:g}, net in [{low:g}, {high:g}], at most {env.max_weight or 0.5:g} "
+        f"long-short: gross <= {env.gross_leverage:g}, net in [{low:g}, {high:g}], at most {env.weight_cap:g} "
         f"an asset, borrow {env.borrow_rate * 100:g}%/y, leverage pays cash + {env.financing_spread * 100:g}%/y, "
         f"rebalanced {cadence}, {size}"
     )

@@ -59,14 +59,14 @@ class Book:
     def from_env(cls, env) -> Book:
         """The book of an ``EnvConfig``."""
         if env.book == "long_only":
-            return cls(max_weight=env.max_weight or 1.0, rebalance_every=env.rebalance_every)
+            return cls(max_weight=env.weight_cap, rebalance_every=env.rebalance_every)
         low, high = env.net_exposure
         return cls(
             kind="long_short",
             gross_leverage=env.gross_leverage,
             net_low=low,
             net_high=high,
-            max_weight=env.max_weight or 0.5,
+            max_weight=env.weight_cap,
             borrow=env.borrow_rate / TRADING_DAYS,
             spread=env.financing_spread / TRADING_DAYS,
             rebalance_every=env.rebalance_every,

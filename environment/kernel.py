@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from environment.book import LONG_ONLY, Book
+from environment.book import LONG_ONLY, Book, cash_first
 
 
 class StepResult(NamedTuple):
@@ -203,8 +203,7 @@ def fill_held(target: torch.Tensor, before: torch.Tensor, tradable: torch.Tensor
     """A long-short book's fill when only the ``tradable`` assets (..., N) have a price: each other asset keeps its
     holding ``before`` (..., N + 1), the tradable ones take the target's weights, and cash is what they leave
     (``Book.limit`` then shrinks what can move until the limits hold)."""
-    assets = torch.where(tradable, target[..., 1:], before[..., 1:])
-    return torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1)
+    return cash_first(torch.where(tradable, target[..., 1:], before[..., 1:]))
 
 
 def fill_within(target: torch.Tensor, before: torch.Tensor, capacity: torch.Tensor, book: Book) -> torch.Tensor:
@@ -214,13 +213,12 @@ def fill_within(target: torch.Tensor, before: torch.Tensor, capacity: torch.Tens
     move = (target[..., 1:] - before[..., 1:]).clamp(-capacity, capacity)
     assets = before[..., 1:] + move
     if book.long_short:
-        return book.limit(torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1))
+        return book.limit(cash_first(assets))
     buys = move.clamp_min(0.0)
     spend = buys.sum(-1, keepdim=True)
     funds = (before[..., :1] - move.clamp_max(0.0).sum(-1, keepdim=True)).clamp_min(0.0)
     scale = torch.where(spend > funds, funds / spend.clamp_min(torch.finfo(spend.dtype).tiny), torch.ones_like(spend))
-    assets = before[..., 1:] + move.clamp_max(0.0) + buys * scale
-    return torch.cat([1.0 - assets.sum(-1, keepdim=True), assets], dim=-1)
+    return cash_first(before[..., 1:] + move.clamp_max(0.0) + buys * scale)
 
 
 class Fill(NamedTuple):

@@ -209,13 +209,11 @@ class VectorPortfolioEnv:
         return step
 
     def _record(self, result) -> None:
-        """Writes the day's holding fees, impact and weights held into their histories."""
-        zero = torch.zeros_like(result.rewards)
-        for history, value in (
-            (self.fees_per_episode, zero if result.fees is None else result.fees),
-            (self.impact_per_episode, zero if result.impact is None else result.impact),
-        ):
-            history.index_copy_(2, self._day, value.unsqueeze(-1))
+        """Writes the day's holding fees, impact and weights held into their histories (a book without fees or
+        impact leaves them at the zeros ``reset`` wrote)."""
+        for history, value in ((self.fees_per_episode, result.fees), (self.impact_per_episode, result.impact)):
+            if value is not None:
+                history.index_copy_(2, self._day, value.unsqueeze(-1))
         self.held_per_episode.index_copy_(2, self._day, result.target.unsqueeze(2))
 
     def step(self, actions: torch.Tensor) -> tuple[Step, Observation | None]:

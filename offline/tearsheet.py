@@ -505,21 +505,14 @@ def _calendar_section(part: Part, labels: Mapping[str, str]) -> str:
     )
     out += _table(monthly_table(part))
     if INDEX in part.log_returns:
-        yearly = {
-            labels[s]: [
-                p.total_return
-                for p in calendar_returns(
-                    part.log_returns[s], part.dates, start=part.start, after=part.after, period="year"
-                )
-            ]
+        periods = {
+            labels[s]: calendar_returns(
+                part.log_returns[s], part.dates, start=part.start, after=part.after, period="year"
+            )
             for s in ("champion", INDEX)
         }
-        names = [
-            p.period
-            for p in calendar_returns(
-                part.log_returns["champion"], part.dates, start=part.start, after=part.after, period="year"
-            )
-        ]
+        yearly = {name: [p.total_return for p in rows] for name, rows in periods.items()}
+        names = [p.period for p in periods[labels["champion"]]]
         out += _figure(
             lambda buffer: plot_year_bars(
                 buffer, names, yearly, title=f"Yearly returns against {labels[INDEX]}", size_px=FIGURE_SIZE_PX

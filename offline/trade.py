@@ -195,11 +195,13 @@ def next_orders(champion: ChampionActor, market: Market, *, since: str | None, h
     if holdings is not None:
         obs = obs._replace(weights=torch.as_tensor(holdings, dtype=obs.weights.dtype).view(1, 1, -1))
     target = actor(obs)[0, 0]
-    fills = market.dates[last] if delay == 0 else (pd.Timestamp(market.dates[last]) + pd.offsets.BDay(delay))
+    fills = market.dates[last]  # delay 0: that very close; later, a business-day estimate of the fill's close
+    if delay:
+        fills = (pd.Timestamp(fills) + pd.offsets.BDay(delay)).strftime("%Y-%m-%d")
     return Orders(
         tickers=market.tickers,
         decided=market.dates[last],
-        fills=fills if isinstance(fills, str) else fills.strftime("%Y-%m-%d"),
+        fills=fills,
         seen=obs.weights[0, 0].double().numpy(),
         target=target.double().numpy(),
         rebalances=(last - start) % env_config.rebalance_every == 0,

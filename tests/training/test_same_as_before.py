@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from offline.evaluate import EXPOSURE_COLUMNS
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path("tests/training/reference_run.py")
 """The run, relative to a tree's root; it did not exist at the reference commit, so it is copied there."""
@@ -33,15 +35,7 @@ REFERENCE_COMMIT = "2660d34ca79d77c9b470163606c9da4a7b41bd3c"
 CHANGED_SINCE = ("calmar", "under_a_year")
 """Risk figures whose reporting changed since: a sample under a year (the smoke preset's half-year ranges) has no
 Calmar ratio now, and says it is under a year; every other figure is compared as it was."""
-ADDED_SINCE = (
-    "gross_exposure",
-    "net_exposure",
-    "max_gross_exposure",
-    "min_weight",
-    "borrow_costs",
-    "impact_costs",
-    "trading_days",
-)
+ADDED_SINCE = EXPOSURE_COLUMNS
 """Figures of the book a strategy held (issue 47), which the earlier version did not report."""
 
 
