@@ -309,3 +309,19 @@ def test_the_model_objectives_gradient_is_finite_through_the_impact_and_the_limi
     assert float(unmoved.impact.detach()) == 0.0
     unmoved.rewards.sum().backward()
     assert torch.isfinite(same.grad).all()
+
+
+def test_a_volume_column_is_read_day_by_day_and_a_negative_one_is_refused(tmp_path):
+    from utils.errors import DataError
+
+    path = _volume_file(tmp_path, days=200)
+    frame = pd.read_csv(path)
+    frame.loc[(frame["ticker"] == "T1") & (frame.index % 7 == 0), "volume"] = np.nan  # days the file gives none
+    frame.to_csv(path, index=False)
+    table = load_prices(path, universe="point_in_time")
+    assert table.volumes is not None and (table.volumes[:, 1] == 0).sum() > 0  # no carry: 0, nothing traded known
+    assert (table.volumes[:, 0] == 1e5).all()
+    frame.loc[5, "volume"] = -1.0
+    frame.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"volume -1 for ticker \S+ on \S+ is negative"):
+        load_prices(path, universe="point_in_time")

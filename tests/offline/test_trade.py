@@ -145,3 +145,15 @@ def test_at_a_cadence_the_orders_say_whether_today_is_a_decision_day(evaluated, 
         out, err = capsys.readouterr()
         assert status == 0, err
         assert json.loads(out.strip().splitlines()[-1])["rebalances"] is decides
+
+
+def test_since_with_holdings_and_a_since_off_the_calendar_are_refused(evaluated, capsys, tmp_path):
+    root, frame, _, _ = evaluated
+    data = tmp_path / "all.csv"
+    frame.to_csv(data, index=False)
+    out_dir = tmp_path / "refused"
+    status, _, err = _trade(capsys, root, data, "--since", "2022-01-03", "--holdings", "h.csv", "--out", str(out_dir))
+    assert status == 2 and "not both" in err
+    status, _, err = _trade(capsys, root, data, "--since", "2022-01-01", "--out", str(out_dir))
+    assert status == 2 and "is not a trading day of the file" in err and len(err.strip().splitlines()) == 1
+    assert not out_dir.exists()
