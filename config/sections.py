@@ -27,6 +27,7 @@ SelectionMethod = Literal["bootstrap", "final", "bonferroni"]
 MatmulPrecision = Literal["highest", "high"]
 Universe = Literal["point_in_time", "common"]
 BookKind = Literal["long_only", "long_short"]
+Deploy = Literal["champion", "best_on_validation", "ensemble"]
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,8 @@ class SelectionConfig:
     """With method final: the fraction of alpha the looks before the run's last generation spend; the last the rest."""
     min_edge: float = 0.005
     """Edge over equal weight (log return a year, net of costs) an agent must be proven above to be crowned."""
+    deploy: Deploy = "champion"
+    """What export, evaluate and trade use: the gated champion, the best agent on validation, or the ensemble."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.alpha < 1.0, "selection.alpha", "must be in (0, 1)")
@@ -314,6 +317,15 @@ class SelectionConfig:
         _require(self.half_spent_at >= 1, "selection.half_spent_at", "must be >= 1")
         _require(0.0 <= self.early_fraction <= 1.0, "selection.early_fraction", "must be in [0, 1]")
         _require(0.0 <= self.min_edge < 1.0, "selection.min_edge", "must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class BacktestConfig:
+    ensemble_size: int = 3
+    """Agents with the best validation returns whose orders the ensemble averages (at most the population)."""
+
+    def __post_init__(self) -> None:
+        _require(self.ensemble_size >= 1, "backtest.ensemble_size", "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -384,6 +396,8 @@ class Config:
     """The training rollouts of each generation: they fill the replay buffer and measure fitness."""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     """How the champion is chosen on the validation range."""
+    backtest: BacktestConfig = field(default_factory=BacktestConfig)
+    """The procedures a walk-forward backtest judges beside the champion."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Run folders and retention."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

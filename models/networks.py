@@ -170,13 +170,18 @@ class Actor(nn.Module):
         self.asset_head.layers[-1].bias.fill_(asset_logit)
         self.cash_head.layers[-1].bias.fill_(cash_logit)
 
-    @torch.no_grad()
     def agent(self, index: int) -> Actor:
         """Agent ``index`` as a one-agent actor of its own (a copy, on the same device, without gradients)."""
-        single = Actor(1, self.window_size, self.model, book=self.book).to(self.encoder.mlp.layers[0].weight.device)
-        for mine, theirs in zip(single.parameters(), self.parameters()):
-            mine.copy_(theirs[index : index + 1])
-        return single.requires_grad_(False)
+        return self.agents([index])
+
+    @torch.no_grad()
+    def agents(self, indices: list[int]) -> Actor:
+        """The agents ``indices``, in that order, as an actor of their own (a copy, without gradients)."""
+        rows = torch.tensor(indices, dtype=torch.long, device=self.encoder.mlp.layers[0].weight.device)
+        chosen = Actor(len(indices), self.window_size, self.model, book=self.book).to(rows.device)
+        for mine, theirs in zip(chosen.parameters(), self.parameters()):
+            mine.copy_(theirs.index_select(0, rows))
+        return chosen.requires_grad_(False)
 
     def features(self, obs: Observation) -> ActorFeatures:
         """What the heads compute from the market's part of M observations (windows (P or no agent dimension, M, N,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from config import Config
 from environment.book import LONG_ONLY, Book
@@ -107,7 +108,7 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
 @torch.no_grad()
 def run_range(
     market: Market,
-    actors: dict[str, Actor],
+    actors: dict[str, nn.Module],
     days: range,
     *,
     name: str,
@@ -199,6 +200,12 @@ def run_range(
 
 def score_champion(market: Market, config: Config, champion: Actor) -> dict[str, RangeResult]:
     """The champion and the baselines on the validation and the holdout ranges (see the module docstring)."""
+    return score_traders(market, config, {"champion": champion})
+
+
+def score_traders(market: Market, config: Config, traders: dict[str, nn.Module]) -> dict[str, RangeResult]:
+    """``traders`` (one agent each, ``champion`` first) and the baselines on the validation and the holdout
+    ranges."""
     env = config.env
     settings = {
         "lookback": env.lookback,
@@ -217,5 +224,8 @@ def score_champion(market: Market, config: Config, champion: Actor) -> dict[str,
         **settings,
     )
     best = max(range(population.popsize), key=lambda i: float(scores.traces[f"agent{i}"].log_returns.sum()))
-    actors = {"champion": champion.requires_grad_(False), "untrained": population.agent(best)}
+    actors = {
+        **{name: actor.requires_grad_(False) for name, actor in traders.items()},
+        "untrained": population.agent(best),
+    }
     return {name: run_range(market, actors, getattr(market.splits, name), name=name, **settings) for name in RANGES}

@@ -69,6 +69,9 @@ from environment.market import TRADING_DAYS
 from offline.overfitting import deflated_sharpe_from, expected_max_sharpe, series_moments
 from training.selection import block_length, stationary_bootstrap
 
+TRADER_NAMES = {"champion": "champion", "best_on_validation": "best agent on validation", "ensemble": "ensemble"}
+"""How a verdict names each procedure (``offline.procedures.TRADERS``)."""
+
 MIN_DAYS = 20
 """Fewer test days than this are too few for a block bootstrap: the verdict asks for more."""
 DRAWS = 5_000
@@ -92,12 +95,12 @@ class PooledExcess(NamedTuple):
     folds: int
 
 
-def pooled_excess(results: Sequence[dict[str, Any]]) -> PooledExcess:
-    """Chain every fold's daily excess (champion minus equal weight) in date order; folds that trade the same day
+def pooled_excess(results: Sequence[dict[str, Any]], trader: str = "champion") -> PooledExcess:
+    """Chain every fold's daily excess (``trader`` minus equal weight) in date order; folds that trade the same day
     (seeds of one test year) give that day the mean of their excesses, so a day counts once however many seeds."""
     by_day: dict[str, list[float]] = {}
     for result in results:
-        champion, equal = result["daily"]["champion"], result["daily"]["equal_weight"]
+        champion, equal = result["daily"][trader], result["daily"]["equal_weight"]
         for day, ours, theirs in zip(result["test_dates"], champion, equal, strict=True):
             by_day.setdefault(day, []).append(ours - theirs)
     dates = sorted(by_day)  # ISO dates: text order is date order
@@ -180,10 +183,13 @@ def years_to_prove(mean: float, standard_error: float, *, days: int, alpha: floa
     return (NormalDist().inv_cdf(1.0 - alpha) * spread / mean) ** 2 / TRADING_DAYS
 
 
-def pooled_deflated_sharpe(series: np.ndarray, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def pooled_deflated_sharpe(
+    series: np.ndarray, results: Sequence[dict[str, Any]], *, procedures: int = 1
+) -> dict[str, Any]:
     """The deflated Sharpe ratio of the pooled series against the best of every trial of the backtest (module
     docstring), JSON-ready: ``deflated_sharpe`` (None with the reason in the reading when it cannot be had), ``trials``,
-    ``sharpe`` (per day), ``expected_max_sharpe`` (the bar, per day, at the series' length) and a reading."""
+    ``sharpe`` (per day), ``expected_max_sharpe`` (the bar, per day, at the series' length) and a reading.
+    ``procedures``: how many procedures the backtest judged on the same trials; each counts them again."""
     days = len(series)
     recorded = [r.get("diagnostics") or {} for r in results]
     figures: dict[str, Any] = {"deflated_sharpe": None, "trials": None, "sharpe": None, "expected_max_sharpe": None}
@@ -193,10 +199,12 @@ def pooled_deflated_sharpe(series: np.ndarray, results: Sequence[dict[str, Any]]
     if unrecorded:
         reason = f"{unrecorded} of {len(results)} folds record no trials: finished by an earlier version, or no history"
         return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({reason})"}
-    trials = sum(d["trials"] for d in recorded)
+    trials = sum(d["trials"] for d in recorded) * procedures
     figures["trials"] = trials
     # Each fold's variance of per-day validation Sharpe ratios, at the pooled series' length (variance ~ 1 / days).
-    variance = math.fsum(d["trials"] * d["trial_sharpe_variance"] * d["days"] / days for d in recorded) / trials
+    variance = (
+        math.fsum(d["trials"] * d["trial_sharpe_variance"] * d["days"] / days for d in recorded) * procedures / trials
+    )
     try:
         moments = series_moments(series)
         value = deflated_sharpe_from(moments, trials=trials, variance=variance)
@@ -226,7 +234,13 @@ def plan_seed(results: Sequence[dict[str, Any]]) -> int:
 
 
 def pooled_test(
-    results: Sequence[dict[str, Any]], *, alpha: float = 0.05, min_edge: float = 0.005, draws: int = DRAWS
+    results: Sequence[dict[str, Any]],
+    *,
+    alpha: float = 0.05,
+    min_edge: float = 0.005,
+    draws: int = DRAWS,
+    trader: str = "champion",
+    procedures: int = 1,
 ) -> dict[str, Any]:
     """The test of the module docstring on a backtest's fold results, JSON-ready: every figure (means and bounds
     annualised, log return a year), the outcome (``proven``, ``no_edge``, ``cannot_tell``, ``equal_weight``,
@@ -238,8 +252,11 @@ def pooled_test(
         alpha: the one-sided level (``selection.alpha``).
         min_edge: the edge worth having, log return a year (``selection.min_edge``).
         draws: bootstrap resamples.
+        trader: the procedure tested (``offline.procedures.TRADERS``); its name starts the verdict.
+        procedures: how many procedures the backtest judged, which the deflated Sharpe ratio counts.
     """
-    pooled = pooled_excess(results)
+    pooled = pooled_excess(results, trader)
+    who = TRADER_NAMES.get(trader, trader)
     days = len(pooled.excess)
     figures: dict[str, Any] = {
         "days": days,
@@ -260,12 +277,14 @@ def pooled_test(
         "draws": None,
         "years_to_prove": None,
     }
-    dsr = pooled_deflated_sharpe(pooled.excess, results)
+    dsr = pooled_deflated_sharpe(pooled.excess, results, procedures=procedures)
     level = f"{alpha * 100:g}%"
     if days and not pooled.excess.any():
         verdict = (
             "no edge: every fold's champion is equal weight (no agent proved an edge on its validation days), so the "
             "excess is exactly 0 on every test day and there is nothing to test"
+            if trader == "champion"
+            else f"no edge: the {who} traded exactly as equal weight on every test day; there is nothing to test"
         )
         return {**figures, **dsr, "outcome": "equal_weight", "verdict": verdict}
     if days < MIN_DAYS:
@@ -288,7 +307,7 @@ def pooled_test(
     if test.p_value <= alpha:
         outcome = "proven"
         verdict = (
-            f"edge proven at the {level} level: the champion beat equal weight by {_pct(mean)} log %/y {span}, "
+            f"edge proven at the {level} level: the {who} beat equal weight by {_pct(mean)} log %/y {span}, "
             f"one-sided p {test.p_value:.4f} ({interval})"
         )
         if high < min_edge:
@@ -297,7 +316,7 @@ def pooled_test(
             )
     elif mean <= 0.0:
         outcome = "no_edge"
-        verdict = f"no edge: the champion's mean excess over equal weight is {_pct(mean)} log %/y {span}, not above 0"
+        verdict = f"no edge: the {who}'s mean excess over equal weight is {_pct(mean)} log %/y {span}, not above 0"
     elif high < min_edge:
         outcome = "no_edge"
         verdict = (
@@ -317,6 +336,115 @@ def pooled_test(
             # the normal quantile rejects already; the bootstrap's distribution of the mean has a heavier tail here
             verdict += " by the normal approximation (the bootstrap, which allows for the series' tails, does not yet)"
     return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+
+
+class FamilyTest(NamedTuple):
+    """The stepdown max-t test over several series' means, on one set of resampled days."""
+
+    names: list[str]
+    mean: list[float]
+    """Per day, each series' mean."""
+    t: list[float | None]
+    """``mean / se``, ``se`` the standard deviation of the series' resampled means; None where the series is 0."""
+    adjusted_p: list[float | None]
+    """Family-wise adjusted one-sided p-values; None for a series that is 0 on every day (nothing to test)."""
+    block_length: float | None
+    draws: int
+
+
+def family_test(
+    series: dict[str, np.ndarray], *, generator: torch.Generator, draws: int = DRAWS, mean_block: float | None = None
+) -> FamilyTest:
+    """Romano and Wolf's stepdown max-t test of H0_j "series j's expected value is at most 0" for every series at
+    once (module docstring, "The family"). The series share their days (D,); ``mean_block``: None, the longest
+    Politis-White length of the series tested."""
+    names = list(series)
+    x = np.stack([np.asarray(series[name], dtype=np.float64).ravel() for name in names])  # (T, D)
+    if x.shape[1] < 2 or not np.isfinite(x).all():
+        raise ValueError("the series need at least two finite days each")
+    tested = [j for j in range(len(names)) if x[j].any()]
+    nothing = FamilyTest(names, x.mean(axis=1).tolist(), [None] * len(names), [None] * len(names), None, draws)
+    if not tested:
+        return nothing
+    block = max(block_length(x[j]) for j in tested) if mean_block is None else float(mean_block)
+    values = torch.from_numpy(x[tested])  # (T', D)
+    means = torch.empty(len(tested), draws, dtype=torch.float64)  # (T', B)
+    for first in range(0, draws, _DRAWS_AT_ONCE):
+        count = min(_DRAWS_AT_ONCE, draws - first)
+        days = stationary_bootstrap(x.shape[1], draws=count, mean_block=block, generator=generator)  # (c, D)
+        means[:, first : first + count] = values[:, days].mean(dim=2)
+    resampled = means.numpy()
+    m = x[tested].mean(axis=1)  # (T',)
+    se = resampled.std(axis=1, ddof=1)
+    se = np.where(se > 0.0, se, np.inf)  # a series constant under resampling has no evidence to give
+    t = m / se
+    centred = (resampled - m[:, None]) / se[:, None]  # (T', B): each series' null distribution, studentised
+    order = sorted(range(len(tested)), key=lambda k: (-t[k], k))
+    adjusted: list[float | None] = [None] * len(names)
+    running = 0.0
+    for step, k in enumerate(order):
+        largest = centred[order[step:]].max(axis=0)  # the max over the hypotheses not yet rejected
+        running = max(running, (1 + int(np.count_nonzero(largest >= t[k]))) / (draws + 1))
+        adjusted[tested[k]] = running
+    ts: list[float | None] = [None] * len(names)
+    for k, j in enumerate(tested):
+        ts[j] = float(t[k]) if math.isfinite(se[k]) else None
+    return FamilyTest(names, x.mean(axis=1).tolist(), ts, adjusted, block, draws)
+
+
+def family_verdict(
+    results: Sequence[dict[str, Any]], traders: Sequence[str], *, alpha: float = 0.05, draws: int = DRAWS
+) -> dict[str, Any]:
+    """The family of ``traders`` on a backtest's fold results, JSON-ready: each trader's adjusted p-value, the proven
+    ones (adjusted p at most ``alpha``), and which to deploy: the proven trader with the smallest adjusted p (then
+    the largest t, then the order of ``traders``), or none."""
+    pooled = {trader: pooled_excess(results, trader) for trader in traders}
+    days = len(next(iter(pooled.values())).excess) if pooled else 0
+    figures: dict[str, Any] = {
+        "method": "stepdown max-t (Romano-Wolf) over the traders' pooled excess, one stationary bootstrap",
+        "traders": list(traders),
+        "alpha": alpha,
+        "days": days,
+        "adjusted_p": dict.fromkeys(traders),
+        "t": dict.fromkeys(traders),
+        "block_length": None,
+        "draws": None,
+        "proven": [],
+        "deploy": None,
+    }
+    if days < MIN_DAYS:
+        reason = f"too few test days to test ({days}; at least {MIN_DAYS})"
+        return {**figures, "verdict": f"deploy none: {reason}"}
+    generator = torch.Generator().manual_seed(plan_seed(results) ^ zlib.crc32(b"family"))
+    test = family_test({t: p.excess for t, p in pooled.items()}, generator=generator, draws=draws)
+    figures.update(
+        adjusted_p=dict(zip(traders, test.adjusted_p, strict=True)),
+        t=dict(zip(traders, test.t, strict=True)),
+        block_length=test.block_length,
+        draws=test.draws if test.block_length is not None else None,
+    )
+    proven = [t for t, p in figures["adjusted_p"].items() if p is not None and p <= alpha]
+    figures["proven"] = proven
+    if not proven:
+        tested = [t for t, p in figures["adjusted_p"].items() if p is not None]
+        if not tested:
+            why = "every trader traded as equal weight on every test day: there is nothing to test"
+        else:
+            best = min(tested, key=lambda t: figures["adjusted_p"][t])
+            why = (
+                f"no trader beat equal weight at the {alpha * 100:g}% family-wise level (the closest, the "
+                f"{TRADER_NAMES.get(best, best)}, has adjusted p {figures['adjusted_p'][best]:.4f})"
+            )
+        return {**figures, "verdict": f"deploy none, keep equal weight: {why}"}
+    rank = {t: i for i, t in enumerate(traders)}
+    deploy = min(proven, key=lambda t: (figures["adjusted_p"][t], -(figures["t"][t] or 0.0), rank[t]))
+    figures["deploy"] = deploy
+    named = ", ".join(f"{TRADER_NAMES.get(t, t)} (adjusted p {figures['adjusted_p'][t]:.4f})" for t in proven)
+    verdict = (
+        f"deploy the {TRADER_NAMES.get(deploy, deploy)} (selection.deploy={deploy}): proven at the {alpha * 100:g}% "
+        f"family-wise level over {len(traders)} traders: {named}; it has the strongest adjusted evidence"
+    )
+    return {**figures, "verdict": verdict}
 
 
 def _pct(value: float) -> str:

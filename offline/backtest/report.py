@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from config import SelectionConfig, describe_conventions
-from offline.backtest.inference import pooled_test
+from offline.backtest.inference import TRADER_NAMES, family_verdict, pooled_test
 from offline.backtest.results import STRATEGIES
 from offline.holdout import INDEX
+from offline.procedures import TRADERS
 from persistence import checkpoint
 
 OUTPUTS = ("summary.json", "summary.csv", "backtest.png")
@@ -50,6 +51,7 @@ def summarise(
                 "sharpe": {s: m[s]["sharpe"] for s in m},
                 "total_return": {s: m[s]["total_return"] for s in m},
                 "turnover": {s: m[s]["turnover"] for s in m},
+                "costs": {s: m[s]["costs"] for s in m},
                 "sharpe_difference": None if sharpe is None or base is None else sharpe - base,
                 # None in fold results of earlier versions, and where the fold's history cannot give them
                 "deflated_sharpe": r.get("deflated_sharpe"),
@@ -69,6 +71,17 @@ def summarise(
     def known(key: str) -> list[float]:
         return [row[key] for row in rows if row[key] is not None]
 
+    judged = [t for t in TRADERS if results and all(t in r["daily"] for r in results)]
+    procedures = {
+        t: {
+            **pooled_test(results, alpha=alpha, min_edge=min_edge, trader=t, procedures=len(judged)),
+            "members": _members(results, t),
+            "mean_sharpe": mean_of(t),
+            "mean_turnover": _mean([row["turnover"].get(t) for row in rows]),
+            "mean_costs": _mean([row["costs"].get(t) for row in rows]),
+        }
+        for t in judged
+    }
     return {
         "conventions": trading,
         "folds": rows,
@@ -85,8 +98,26 @@ def summarise(
         "pbo_mean": statistics.fmean(known("pbo")) if known("pbo") else None,
         "pbo_folds": len(known("pbo")),
         "turnover_ratio": sum(champion for champion, _ in turnover) / turnover_equal if turnover_equal > 0 else None,
-        "pooled": pooled_test(results, alpha=alpha, min_edge=min_edge) if results else None,
+        # the champion's test, as summaries before the other procedures held it
+        "pooled": procedures.get("champion")
+        or (pooled_test(results, alpha=alpha, min_edge=min_edge) if results else None),
+        "traders": procedures,
+        "family": family_verdict(results, judged, alpha=alpha) if judged else None,
     }
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _members(results: list[dict[str, Any]], trader: str) -> str:
+    """How many agents the procedure traded with, in words."""
+    if trader == "champion":
+        return "the gate's champion (equal weight where none was crowned)"
+    sizes = sorted({len(r.get("members", {}).get(trader, [])) for r in results} - {0})
+    agents = "/".join(str(k) for k in sizes) or "?"
+    return f"{agents} agent{'s' if sizes != [1] else ''} with the best validation return"
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -103,7 +134,8 @@ def table(summary: dict[str, Any], *, benchmark: str | None = None) -> str:
     lines = [
         *([f"trading: {describe_conventions(trading)}"] if trading else []),
         *([f"index: {benchmark}"] if benchmark else []),
-        f"{'test year':<10}{'seed':>5}{'crowned':>9}{'Sharpe':>9}{'eq. w.':>9}{'diff':>8}{'untrained':>10}"
+        f"{'test year':<10}{'seed':>5}{'crowned':>9}{'Sharpe':>9}{'eq. w.':>9}{'diff':>8}{'best':>7}{'ens.':>7}"
+        f"{'untrained':>10}"
         f"{'index':>8}{'return':>9}{'eq. w.':>9}{'turnover':>10}{'eq. w.':>8}{'DSR':>6}{'PBO':>6}",
     ]
     for row in summary["folds"]:
@@ -111,6 +143,7 @@ def table(summary: dict[str, Any], *, benchmark: str | None = None) -> str:
         lines.append(
             f"{row['year']:<10}{row['seed']:>5}{row['crowned'] or 'no':>9}{fmt(sharpe['champion'], '+.2f'):>9}"
             f"{fmt(sharpe['equal_weight'], '+.2f'):>9}{fmt(row['sharpe_difference'], '+.2f'):>8}"
+            f"{fmt(sharpe.get('best_on_validation'), '+.2f'):>7}{fmt(sharpe.get('ensemble'), '+.2f'):>7}"
             f"{fmt(sharpe['untrained'], '+.2f'):>10}{fmt(sharpe.get(INDEX), '+.2f'):>8}"
             f"{fmt(_percent(ret['champion']), '+.1f'):>8}%{fmt(_percent(ret['equal_weight']), '+.1f'):>8}%"
             f"{fmt(turn['champion'], '.1f'):>9}x{fmt(turn['equal_weight'], '.1f'):>7}x"
@@ -128,9 +161,29 @@ def table(summary: dict[str, Any], *, benchmark: str | None = None) -> str:
         f"(an agent was crowned in {fmt(summary['crowned'], '.0%')}; otherwise the champion is equal weight); "
         f"turnover {fmt(summary['turnover_ratio'], '.2f')}x equal weight's",
         _overfitting_line(summary),
-        *_pooled_lines(summary.get("pooled")),  # absent from summaries of earlier versions
+        *(_pooled_lines(summary.get("pooled")) if not summary.get("traders") else []),  # earlier versions
+        *_procedure_lines(summary),
     ]
     return "\n".join(lines)
+
+
+def _procedure_lines(summary: dict[str, Any]) -> list[str]:
+    """Each procedure's pooled test, then the family's verdict (which to deploy)."""
+    traders = summary.get("traders") or {}
+    lines: list[str] = []
+    for trader, pooled in traders.items():
+        sharpe, turnover = fmt(pooled["mean_sharpe"], "+.2f"), fmt(pooled["mean_turnover"], ".1f")
+        costs = fmt(_percent(pooled["mean_costs"]), ".2f")
+        lines += [
+            "",
+            f"{TRADER_NAMES.get(trader, trader)} ({pooled['members']}): mean Sharpe {sharpe}, turnover {turnover}x "
+            f"a year, costs {costs}% a year (fold means)",
+            *_pooled_lines(pooled),
+        ]
+    family = summary.get("family")
+    if family:
+        lines += ["", f"family of {len(family['traders'])} procedures ({family['method']}): {family['verdict']}"]
+    return lines
 
 
 def _overfitting_line(summary: dict[str, Any]) -> str:

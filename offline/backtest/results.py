@@ -12,17 +12,20 @@ from typing import Any
 
 from config import override
 from offline.backtest.plan import Fold
-from offline.holdout import INDEX, score_champion
+from offline.holdout import INDEX, score_traders
 from offline.overfitting import diagnose
+from offline.procedures import TRADERS, traders
 from persistence import checkpoint, jsonl
 from persistence.generation_contents import read_state
 from training.runs import train_to_end
 from utils.errors import CheckpointError, ConfigError
 
-STRATEGIES = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
-"""What each fold scores on its test year, in table order."""
-SCORED = STRATEGIES[:-1]
-"""The strategies every fold result holds (the index only where the data has one)."""
+STRATEGIES = (*TRADERS, "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
+"""What each fold scores on its test year, in table order: the procedures (``offline.procedures``), then the
+baselines."""
+SCORED = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash")
+"""The strategies every fold result holds (the other procedures from this version on, the index only where the
+data has one)."""
 METRICS = ("total_return", "sharpe", "max_drawdown", "turnover", "costs")
 
 
@@ -51,6 +54,8 @@ def stored_result(folder: Path, fold: Fold) -> tuple[dict[str, Any] | None, str 
             problem = f"not JSON: {error}"
         else:
             problem = result_problem(result, fold)
+        if problem is None and not set(TRADERS) <= result["metrics"].keys() and _has_checkpoint(run_dir):
+            problem = "it records only the champion's procedure (an earlier version): scored again from the run"
         if problem is not None:
             result = None
     if result is None and (run_dir.exists() or run_dir.is_symlink()) and not run_dir.is_dir():
@@ -67,12 +72,16 @@ def stored_result(folder: Path, fold: Fold) -> tuple[dict[str, Any] | None, str 
             f"({source} records market fingerprint {recorded[:12]}, the data now gives {fold.fingerprint[:12]}); "
             "continue the backtest on the data it was started with, or use another --name for this data"
         )
-    if problem is not None and checkpoint.latest_generation(run_dir) is None:
+    if problem is not None and not _has_checkpoint(run_dir):
         raise ConfigError(
             f"{path} is not a valid fold result ({problem}) and the fold's run {run_dir} has no checkpoint to "
             "recompute it from; delete the file to train the fold again"
         )
     return result, problem
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    return run_dir.is_dir() and checkpoint.latest_generation(run_dir) is not None
 
 
 def _run_market(run_dir: Path) -> str | None:
@@ -121,6 +130,13 @@ def result_problem(result: Any, fold: Fold) -> str | None:
         return "daily must map strategies to their daily log returns"
     if not {"champion", "equal_weight"} <= daily.keys():  # the pooled test's excess
         return "daily must hold the champion's and equal weight's log returns"
+    if not {t for t in TRADERS if t in metrics} <= daily.keys():
+        return "daily must hold the log returns of every procedure the metrics score"
+    members = result.get("members", {})  # absent from results of earlier versions
+    if not isinstance(members, dict) or not all(
+        isinstance(v, list) and v and all(type(i) is int and i >= 0 for i in v) for v in members.values()
+    ):
+        return "members must map procedures to the population indices they trade with"
     for strategy, returns in daily.items():
         if not isinstance(returns, list) or len(returns) != len(test_dates) or not all(map(_is_number, returns)):
             return f"daily.{strategy} must hold one log return per test day"
@@ -188,7 +204,8 @@ def run_fold(
     if trainer.fingerprint != fold.fingerprint:
         raise ConfigError(f"the data changed while the backtest ran: test year {fold.year} has another market now")
     market = trainer.market
-    results = score_champion(market, config, trainer.population.champion)
+    found, chosen = traders(market, config, trainer.population.champion, trainer.population.actor)
+    results = score_traders(market, config, found)
     test = results["holdout"]
     validation = results["validation"].traces
     overfitting = diagnose(
@@ -208,6 +225,7 @@ def run_fold(
         },
         "champion_generation": trainer.champion.generation,
         "champion_bound": trainer.champion.bound,  # results of earlier versions named it champion_edge
+        "members": chosen,
         "deflated_sharpe": overfitting["deflated_sharpe"],
         "pbo": overfitting["pbo"],
         "diagnostics": overfitting,

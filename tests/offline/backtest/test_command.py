@@ -62,7 +62,33 @@ def test_a_killed_backtest_resumes_to_the_same_table(prices, tmp_path, capsys):
     assert (killed_root / "backtest" / "summary.json").read_bytes() == (folder / "summary.json").read_bytes()
     pooled = whole["pooled"]
     assert pooled["days"] == len({day for name in ("2004", "2005") for day in _test_days(folder, name)})
-    assert pooled["verdict"] and pooled["trials"] == 4 * 3 * 2  # the smoke preset: 4 agents x 3 generations x 2 years
+    # the smoke preset: 4 agents x 3 generations x 2 years, counted once for each of the 3 procedures judged
+    assert pooled["verdict"] and pooled["trials"] == 4 * 3 * 2 * 3
+
+    # Every procedure traded each test year; each has its pooled test, and the family names what to deploy.
+    traders = whole["traders"]
+    assert list(traders) == ["champion", "best_on_validation", "ensemble"] and traders["champion"] == pooled
+    assert all(t["days"] == pooled["days"] and t["verdict"] for t in traders.values())
+    family = whole["family"]
+    assert family["traders"] == list(traders) and set(family["adjusted_p"]) == set(traders)
+    assert family["verdict"].startswith("deploy") and (family["deploy"] is None) == (not family["proven"])
+    for year in ("2004", "2005"):
+        result = json.loads((folder / "folds" / f"fold-{year}-seed-0.json").read_text())
+        assert len(result["members"]["best_on_validation"]) == 1 and len(result["members"]["ensemble"]) == 3
+        assert result["members"]["ensemble"][0] == result["members"]["best_on_validation"][0]
+        assert {"best_on_validation", "ensemble"} <= result["daily"].keys() <= set(result["metrics"])
+
+    # A fold result of an earlier version (the champion's procedure only) is scored again from its run, to the same
+    # summary: a resumed backtest gains the new fields.
+    result_path = killed_root / "backtest" / "folds" / f"{finished}.json"
+    result = json.loads(result_path.read_text())
+    for key in ("metrics", "daily"):
+        for trader in ("best_on_validation", "ensemble"):
+            del result[key][trader]
+    del result["members"]
+    result_path.write_text(json.dumps(result))
+    assert main.main(backtest_command(prices, killed_root)) == 0
+    assert json.loads(capsys.readouterr().out) == whole
 
     # benchmarks/naive_selection.py scores a finished fold's test year as the backtest does.
     naive = naive_fold(folder / "fold-2004-seed-0")

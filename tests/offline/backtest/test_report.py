@@ -26,7 +26,7 @@ def test_fold_results_of_earlier_versions_show_n_a():
     assert summary["deflated_sharpe_mean"] == 0.7 and summary["deflated_sharpe_folds"] == 1
     lines = table(summary).splitlines()
     assert lines[1].split()[-2:] == ["n/a", "n/a"] and lines[2].split()[-2:] == ["0.70", "0.40"]
-    assert lines[-4] == (
+    assert next(line for line in lines if line.startswith("overfitting:")) == (
         "overfitting: an agent was crowned in 1 of 2 folds; mean deflated Sharpe 0.70 (over 1 of 2 folds) "
         "(the champion's where crowned, else the best candidate's), mean PBO 0.40 (over 1 of 2 folds)"
     )
@@ -51,16 +51,19 @@ def test_the_summary_tests_the_method_over_every_test_day():
     ]
     summary = summarise(results, alpha=0.05, min_edge=0.005)
     pooled = summary["pooled"]
-    assert pooled == pooled_test(results, alpha=0.05, min_edge=0.005)
-    assert pooled["outcome"] == "proven" and pooled["days"] == 500 and pooled["trials"] == 160
+    judged = {"alpha": 0.05, "min_edge": 0.005, "procedures": 3}  # the champion, best on validation, the ensemble
+    assert {k: pooled[k] for k in pooled_test(results, **judged)} == pooled_test(results, **judged)
+    assert pooled["outcome"] == "proven" and pooled["days"] == 500 and pooled["trials"] == 3 * 160
     lines = table(summary).splitlines()
-    assert lines[-3].startswith(
+    at = _champions_test(lines)
+    assert lines[at].startswith(
         f"pooled test over every test day (500 days, 2.0 years, 1 seed averaged per day): mean excess over equal "
         f"weight {pooled['mean_excess'] * 100:+.2f} log %/y, 90% interval {pooled['interval'][0] * 100:+.2f} to "
     )
-    assert lines[-3].endswith(f"(stationary bootstrap, mean block {pooled['block_length']:.1f} days, 5000 draws)")
-    assert lines[-2] == pooled["deflated_sharpe_reading"] and "the best of 160 unskilled trials" in lines[-2]
-    assert lines[-1] == f"verdict: {pooled['verdict']}" and lines[-1].startswith("verdict: edge proven at the 5% level")
+    assert lines[at].endswith(f"(stationary bootstrap, mean block {pooled['block_length']:.1f} days, 5000 draws)")
+    assert lines[at + 1] == pooled["deflated_sharpe_reading"] and "the best of 480 unskilled trials" in lines[at + 1]
+    assert lines[at + 2] == f"verdict: {pooled['verdict']}"
+    assert lines[at + 2].startswith("verdict: edge proven at the 5% level")
     # The plan's selection settings are the test's: a level of 1% and a margin no edge here reaches.
     strict = summarise(results, alpha=0.01, min_edge=2.0)["pooled"]
     assert strict["alpha"] == 0.01 and strict["interval_level"] == 0.98 and strict["min_edge"] == 2.0
@@ -70,19 +73,29 @@ def test_a_backtest_of_equal_weight_champions_has_nothing_to_test():
     summary = summarise([_with_days(fold_result(year), [0.0] * 250) for year in (2021, 2022)])
     lines = table(summary).splitlines()
     assert summary["pooled"]["outcome"] == "equal_weight"
-    assert lines[-3] == (
+    at = _champions_test(lines)
+    assert lines[at] == (
         "pooled test over every test day (500 days, 2.0 years, 1 seed averaged per day): mean excess over equal "
         "weight +0.00 log %/y"
     )
     assert (
-        lines[-2]
+        lines[at + 1]
         == "deflated Sharpe n/a (2 of 2 folds record no trials: finished by an earlier version, or no history)"
     )
-    assert lines[-1].startswith("verdict: no edge: every fold's champion is equal weight")
+    assert lines[at + 2].startswith("verdict: no edge: every fold's champion is equal weight")
+
+
+def _champions_test(lines: list[str]) -> int:
+    """The line where the champion's pooled test starts in the table."""
+    return lines.index(next(line for line in lines if line.startswith("champion ("))) + 1
 
 
 def test_summaries_of_earlier_versions_still_make_a_table():
     summary = summarise([fold_result(2021), fold_result(2022, crowned=3, deflated_sharpe=0.7, pbo=0.4)])
-    earlier = {k: v for k, v in json.loads(json.dumps(summary)).items() if k != "pooled"}  # written before the test
-    assert table(earlier) == "\n".join(table(summary).splitlines()[:-3])
-    assert table(earlier).splitlines()[-1].startswith("overfitting: ")
+    now = table(summary).splitlines()
+    overfitting = now.index(next(line for line in now if line.startswith("overfitting: ")))
+    before_traders = {k: v for k, v in json.loads(json.dumps(summary)).items() if k not in ("traders", "family")}
+    champions = table(before_traders).splitlines()  # the champion's test alone, under the summary lines
+    assert champions[: overfitting + 1] == now[: overfitting + 1] and champions[-1].startswith("verdict: ")
+    earlier = {k: v for k, v in before_traders.items() if k != "pooled"}  # written before the test
+    assert table(earlier) == "\n".join(now[: overfitting + 1])
