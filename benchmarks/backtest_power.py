@@ -16,10 +16,11 @@ its ``summary.json``. A finished backtest is read back (its folds are not traine
 * **power**: persistent leaders at ``--strength`` (0.0025: half the default strength, the "leaders x0.5" market of
   ``benchmarks/selection_study.py``, whose ``--scale 0.5`` multiplies the default 0.005) over ``--power-seeds``: the
   share of backtests that reject;
-* beside each, the single-run gate on the same folds: the share of folds that crowned an agent;
-* **naive**: the same backtests' folds, each traded by its last generation's best agent on validation instead of the
-  gated champion (``benchmarks/naive_selection.py``'s choice), tested the same way: what the pooled test makes of a
-  learner's edge when the gate does not stand between them (and of the cost of picking on noise, on random walks);
+* per procedure (``offline.procedures``: the gated champion, the best agent on validation, the ensemble), each with
+  its pooled test, and the family (the stepdown max-t over the three): how often it proves any, each, and which it
+  deploys; beside them the single-run gate on the same folds (the share of folds that crowned an agent);
+* ``--ensemble-sizes`` (e.g. ``1,2,3,5,8``): the same folds traded by the ensemble of each size, tested alone: what
+  ``backtest.ensemble_size`` does to size and power;
 * **null** (``--null-series``): the test alone (``offline.backtest.inference.mean_test``, block length chosen from
   the data) on simulated series of 12 x 252 days with mean 0: independent normal days, AR(1) days (0.3), Student-t
   days (3 degrees of freedom), and one year of normal days among eleven years of zeros (one crowned fold in twelve,
@@ -50,10 +51,12 @@ import torch
 from benchmarks.learning import SMALL
 from benchmarks.selection_study import binomial_interval, seeds_of
 from config import Config, override
+from environment.book import Book
 from environment.synthetic import make_market
 from offline.backtest.command import main as backtest
 from offline.backtest.inference import mean_test, pooled_test
 from offline.holdout import run_range
+from offline.procedures import TRADER_NAMES, ranking, trader_actor, validation_scores
 from persistence import run_folder
 from training.runs import train_to_end
 from training.selection import block_length
@@ -94,7 +97,7 @@ def backtest_args(prices: Path, root: Path, args: argparse.Namespace) -> list[st
 
 
 def run_backtest(kind: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One synthetic backtest (trained, continued or read back) and its pooled test, with the naive champion's."""
+    """One synthetic backtest (trained, continued or read back): its procedures' pooled tests and the family's."""
     root = Path(args.out) / f"{kind}-seed-{seed}"
     root.mkdir(parents=True, exist_ok=True)
     prices = root / "prices.csv"
@@ -117,43 +120,55 @@ def run_backtest(kind: str, seed: int, args: argparse.Namespace) -> dict[str, An
         "folds": len(summary["folds"]),
         "crowned_folds": summary["crowned_folds"],
         "pooled": pooled,
-        "naive": naive_pooled(root / "backtest", args) if args.naive else None,
+        "traders": summary["traders"],
+        "family": summary["family"],
+        "ensembles": ensemble_sizes(root / "backtest", args) if args.ensemble_sizes else None,
         "seconds": time.perf_counter() - start,  # of this call: training, or reading a finished backtest back
     }
 
 
-def naive_pooled(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The pooled test of the backtest's folds traded by their naive champions (cached in ``naive.json``)."""
-    cache = folder / "naive.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
-    results = []
+def ensemble_sizes(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The pooled test of the backtest's folds traded by ensembles of each size of ``--ensemble-sizes`` (cached in
+    ``ensembles.json``): what the choice of ``backtest.ensemble_size`` does to size and power."""
+    sizes = [int(k) for k in args.ensemble_sizes.split(",")]
+    cache = folder / "ensembles.json"
+    saved = json.loads(cache.read_text()) if cache.exists() else {}
+    if all(str(k) in saved for k in sizes):
+        return {str(k): saved[str(k)] for k in sizes}
+    results = {k: [] for k in sizes}
     for result_file in sorted((folder / "folds").glob("fold-*.json")):
         result = json.loads(result_file.read_text())
-        results.append({**result, **naive_daily(folder / result_file.stem)})
+        for k, daily in ensemble_daily(folder / result_file.stem, sizes).items():
+            results[k].append({**result, **daily})
     selection = Config.from_dict(json.loads((folder / "plan.json").read_text())["config"]).selection
-    pooled = pooled_test(results, alpha=selection.alpha, min_edge=selection.min_edge)
-    cache.write_text(json.dumps(pooled, indent=1) + "\n")
-    return pooled
+    for k in sizes:
+        saved[str(k)] = pooled_test(results[k], alpha=selection.alpha, min_edge=selection.min_edge)
+    cache.write_text(json.dumps(saved, indent=1) + "\n")
+    return {str(k): saved[str(k)] for k in sizes}
 
 
-def naive_daily(run_dir: Path) -> dict[str, Any]:
-    """A finished fold's test year traded by its last generation's best agent on validation (no test): its daily log
-    returns beside equal weight's, as a fold result holds them."""
+def ensemble_daily(run_dir: Path, sizes: list[int]) -> dict[int, dict[str, Any]]:
+    """A finished fold's test year traded by the ensembles of its ``sizes`` best agents on validation, as fold
+    results hold the champion's days."""
     config = Config.from_dict(json.loads(run_folder.config_path(run_dir).read_text()))
     config = override(
         config,
         {"checkpoint.uri": str(run_dir.parent), "checkpoint.run_name": run_dir.name, "runtime.progress": False},
     )
     trainer = train_to_end(config, log=lambda line: None)  # finished: loads its last generation
-    market, actor, env = trainer.market, trainer.population.actor, config.env
+    market, population, env = trainer.market, trainer.population.actor, config.env
+    order = ranking(validation_scores(market, config, population))
+    actors = {f"k{k}": trader_actor(population, order[:k]) for k in sizes}
     settings = {"lookback": env.lookback, "cost_rate": env.cost_rate, "execution_delay": env.execution_delay}
-    agents = {f"agent{i}": actor.agent(i) for i in range(actor.popsize)}
-    validation = run_range(market, agents, market.splits.validation, name="validation", **settings)
-    best = max(agents, key=lambda name: float(validation.traces[name].log_returns.sum()))
-    test = run_range(market, {best: agents[best]}, market.splits.holdout, name="test year", **settings)
-    daily = {"champion": test.traces[best].log_returns, "equal_weight": test.traces["equal_weight"].log_returns}
-    return {"daily": {k: [float(x) for x in v] for k, v in daily.items()}, "test_dates": list(test.dates)}
+    test = run_range(market, actors, market.splits.holdout, name="test year", book=Book.from_env(env), **settings)
+    equal = [float(x) for x in test.traces["equal_weight"].log_returns]
+    return {
+        k: {
+            "daily": {"champion": [float(x) for x in test.traces[f"k{k}"].log_returns], "equal_weight": equal},
+            "test_dates": list(test.dates),
+        }
+        for k in sizes
+    }
 
 
 # ---------------------------------------------------------------------------------------------- null series
@@ -210,47 +225,61 @@ def share(hits: int, total: int) -> str:
 
 
 def report(rows: list[dict[str, Any]], nulls: list[dict[str, Any]]) -> str:
+    traders = list(TRADER_NAMES)
     lines = [
-        f"{'market':<12}{'seed':>5}{'crowned':>9}{'days':>6}{'mean %/y':>10}{'90% interval':>18}{'t':>7}{'p':>8}"
-        f"{'block':>7}{'DSR':>6}  outcome{'':<7}{'naive %/y':>10}{'naive p':>9}"
+        f"{'market':<12}{'seed':>5}{'crowned':>9}{'days':>6}"
+        + "".join(f"{name[:13] + ' %/y':>18}{'p':>8}{'adj. p':>8}" for name in traders)
+        + "  deploy"
     ]
     for row in rows:
-        p, naive = row["pooled"], row["naive"] or {}
-        interval = "" if p["interval"] is None else f"{p['interval'][0] * 100:+.2f} to {p['interval'][1] * 100:+.2f}"
+        family, cells = row["family"], ""
+        for trader in traders:
+            p = row["traders"][trader]
+            cells += (
+                f"{_f(p['mean_excess'], '+18.2f', 100)}{_f(p['p_value'], '8.4f')}"
+                f"{_f(family['adjusted_p'].get(trader), '8.4f')}"
+            )
         lines.append(
-            f"{row['kind']:<12}{row['seed']:>5}{row['crowned_folds']:>5}/{row['folds']:<3}{p['days']:>6}"
-            f"{p['mean_excess'] * 100:>+10.2f}{interval:>18}{_f(p['t'], '+7.2f')}{_f(p['p_value'], '8.4f')}"
-            f"{_f(p['block_length'], '7.1f')}{_f(p['deflated_sharpe'], '6.2f')}  {p['outcome']:<14}"
-            f"{_f(naive.get('mean_excess'), '+10.2f', 100)}{_f(naive.get('p_value'), '9.4f')}"
+            f"{row['kind']:<12}{row['seed']:>5}{row['crowned_folds']:>5}/{row['folds']:<3}"
+            f"{row['pooled']['days']:>6}{cells}  {family['deploy'] or 'none'}"
         )
     lines.append("")
     for kind, what in (("random_walk", "size"), ("leaders", "power")):
         group = [row for row in rows if row["kind"] == kind]
         if not group:
             continue
-        rejected = sum(row["pooled"]["outcome"] == "proven" for row in group)
-        worth = sum(
-            row["pooled"]["outcome"] == "proven" and row["pooled"]["mean_excess"] >= row["pooled"]["min_edge"]
-            for row in group
-        )
         crowned = sum(row["crowned_folds"] for row in group)
         folds = sum(row["folds"] for row in group)
-        outcomes: dict[str, int] = {}
-        for row in group:
-            outcomes[row["pooled"]["outcome"]] = outcomes.get(row["pooled"]["outcome"], 0) + 1
-        counts = ", ".join(f"{outcome} {count}" for outcome, count in sorted(outcomes.items()))
-        lines.append(
-            f"{kind} ({what}): pooled test rejects in {share(rejected, len(group))} backtests; the single-run gate "
-            f"crowned {share(crowned, folds)} folds; outcomes {counts}; proven with a mean excess of at least "
-            f"selection.min_edge in {worth}"
-        )
-        naive = [row["naive"] for row in group if row["naive"]]
-        if naive:
-            hits = sum(n["outcome"] == "proven" for n in naive)
-            mean = np.mean([n["mean_excess"] for n in naive]) * 100
+        lines.append(f"{kind} ({what}): the single-run gate crowned {share(crowned, folds)} folds")
+        for trader in traders:
+            tests = [row["traders"][trader] for row in group]
+            hits = sum(t["outcome"] == "proven" for t in tests)
+            mean = np.mean([t["mean_excess"] for t in tests]) * 100
+            turnover = np.mean([t["mean_turnover"] for t in tests])
             lines.append(
-                f"{kind} ({what}), naive champions: pooled test rejects in {share(hits, len(naive))} backtests; "
-                f"mean excess {mean:+.2f} log %/y"
+                f"  {TRADER_NAMES[trader]}: pooled test rejects in {share(hits, len(group))}; mean excess "
+                f"{mean:+.2f} log %/y, turnover {turnover:.1f}x a year"
+            )
+        any_proven = sum(bool(row["family"]["proven"]) for row in group)
+        deployed = {}
+        for row in group:
+            deployed[row["family"]["deploy"] or "none"] = deployed.get(row["family"]["deploy"] or "none", 0) + 1
+        lines.append(
+            f"  family (max-t over {len(traders)}): proves at least one trader in {share(any_proven, len(group))}; "
+            f"per trader "
+            + ", ".join(
+                f"{TRADER_NAMES[t]} {share(sum(t in row['family']['proven'] for row in group), len(group))}"
+                for t in traders
+            )
+            + "; deploys "
+            + ", ".join(f"{name} {count}" for name, count in sorted(deployed.items()))
+        )
+        sizes = [row["ensembles"] for row in group if row.get("ensembles")]
+        for k in sizes[0] if sizes else []:
+            hits = sum(size[k]["outcome"] == "proven" for size in sizes)
+            mean = np.mean([size[k]["mean_excess"] for size in sizes]) * 100
+            lines.append(
+                f"  ensemble of {k}: pooled test rejects in {share(hits, len(sizes))}; mean {mean:+.2f} log %/y"
             )
     for null in nulls:
         lines.append(
@@ -283,7 +312,7 @@ def main() -> None:
     parser.add_argument("--run-seeds", default="0", help="the backtest's --seeds: runs per test year")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="after SMALL's settings")
     parser.add_argument("--jobs", type=int, default=1, help="the backtest's --jobs")
-    parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive champions")
+    parser.add_argument("--ensemble-sizes", default="", help="e.g. 1,2,3,5,8: each size's ensemble tested too")
     parser.add_argument("--null-series", type=int, default=2000, help="simulated series per null scenario")
     parser.add_argument("--null-draws", type=int, default=1000, help="bootstrap resamples per simulated series")
     parser.add_argument("--null-scenarios", default=",".join(NULL_SCENARIOS), help="comma-separated (default all)")
@@ -309,8 +338,8 @@ def main() -> None:
         rows[(kind, seed)] = row
         p = row["pooled"]
         print(
-            f"{kind} seed {seed}: crowned {row['crowned_folds']}/{row['folds']}, {p['outcome']}, p {p['p_value']}, "
-            f"naive p {(row['naive'] or {}).get('p_value')} ({row['seconds']:.0f} s)",
+            f"{kind} seed {seed}: crowned {row['crowned_folds']}/{row['folds']}, champion {p['outcome']}, "
+            f"family proves {row['family']['proven']} ({row['seconds']:.0f} s)",
             flush=True,
         )
         _save(json_out, rows, nulls, args)

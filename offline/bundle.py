@@ -18,12 +18,13 @@ TENSORS, SPEC, README = "actor.safetensors", "actor.json", "README.md"
 FILES = (TENSORS, SPEC, README)
 """The bundle's files."""
 FORMAT = "erl-trader-actor"
-VERSION = 4
+VERSION = 5
 """2 added ``precision`` and ``training_precision`` (a version 1 file lacks them and is float32 all the same); 3 names
 the champion's validation score ``champion_score``, as the checkpoint does (``validation_score`` before), and adds
 its ``champion_bound``; 4 adds ``execution_delay``, ``universe``, ``cash`` and ``tradable`` (how the actor traded and
-what it may put weight on; a version 3 file traded at delay 0, every asset every day, cash at 0)."""
-VERSIONS = (1, 2, 3, 4)
+what it may put weight on; a version 3 file traded at delay 0, every asset every day, cash at 0); 5 adds
+``procedure`` (``selection.deploy``: which agents trade; an ensemble's tensors are named ``member{j}.NAME``)."""
+VERSIONS = (1, 2, 3, 4, 5)
 """The versions this program reads."""
 PRECISION = "float32"
 """The arithmetic an exported or evaluated champion runs in."""

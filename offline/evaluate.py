@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from config import Config, conventions, describe_conventions, override
 from environment.book import Book
@@ -47,11 +48,13 @@ from offline.bundle import read_bundle
 from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
+from offline.procedures import TRADER_NAMES, Ensemble, deployed
 from offline.risk import drawdown_curve, equity_curve
 from offline.stored import (
     champion_tensors,
     in_float32,
     locate,
+    population_tensors,
     read_generation,
     rebuild_market,
     run_config,
@@ -89,6 +92,8 @@ EXPOSURE_COLUMNS = (
 """What each strategy's book held and paid to hold it (``offline.holdout.Trace.exposure``); empty for the index."""
 LABELS = {
     "champion": "champion",
+    "best_on_validation": "best agent on validation",
+    "ensemble": "ensemble of the best on validation",
     "untrained": "untrained (same seed)",
     "equal_weight": "equal weight, daily",
     "buy_and_hold": "equal weight, held",
@@ -108,7 +113,8 @@ class ChampionActor:
 
     config: Config
     market: Market
-    actor: Actor
+    actor: nn.Module
+    """The procedure that trades (selection.deploy): the champion, one agent, or an ``Ensemble``."""
     source: dict[str, Any]
     """Where the champion came from: kind, path, generation, and its record (champion generation, score, bound)."""
     history: list[dict[str, Any]] | None
@@ -140,17 +146,34 @@ def _from_export(folder: Path, label: str, benchmark: str | None = None) -> Cham
     config = _with_benchmark(in_float32(run_config(spec["source"].get("config"), f"{label}/{bundle.SPEC}")), benchmark)
     market = rebuild_market(config, fingerprint=spec["source"].get("market_fingerprint"), where=label)
     size = window_size(config.env.lookback, market.num_features)
-    actor = Actor(1, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
-    _load_params(actor, tensors, f"{label}/{bundle.TENSORS}", squeezed=True)
+    procedure = spec.get("procedure") or {"deploy": "champion", "members": []}  # before version 5: the champion
+    count = max(1, len(procedure["members"]))
+    actor = Actor(count, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
+    if count > 1:  # an ensemble: member{j}.NAME, stacked into one actor of its members
+        tensors = _stacked_members(tensors, count)
+    _load_params(actor, tensors, f"{label}/{bundle.TENSORS}", squeezed=count == 1)
     source = {
         "kind": "export",
+        "procedure": procedure["deploy"],
+        "members": procedure["members"],
         "path": label,
         "generation": spec.get("generation"),
         "champion_generation": spec.get("champion_generation"),
         "champion_score": spec.get("champion_score", spec.get("validation_score")),  # before version 3
         "champion_bound": spec.get("champion_bound"),
     }
-    return ChampionActor(config, market, actor, source, None, folder / "evaluation")
+    return ChampionActor(config, market, Ensemble(actor) if count > 1 else actor, source, None, folder / "evaluation")
+
+
+def _stacked_members(tensors: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
+    """An ensemble export's ``member{j}.NAME`` tensors as NAME -> (count, ...); a name some member lacks is left out
+    (``_load_params`` names it)."""
+    names = {key.split(".", 1)[1] for key in tensors if key.startswith("member") and "." in key}
+    return {
+        name: torch.stack([tensors[f"member{j}.{name}"] for j in range(count)])
+        for name in sorted(names)
+        if all(f"member{j}.{name}" in tensors for j in range(count))
+    }
 
 
 def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -> ChampionActor:
@@ -159,12 +182,20 @@ def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -
     state, config, market = read_generation(located, refusal="cannot evaluate", benchmark=benchmark)
     config = in_float32(config)
     size = window_size(config.env.lookback, market.num_features)
-    actor = Actor(1, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
-    names = [name for name, _ in actor.named_parameters()]
-    _load_params(actor, champion_tensors(gen, names), str(gen.path), squeezed=False)
+    book = Book.from_env(config.env)
+    champion = Actor(1, size, config.model, book=book).requires_grad_(False)
+    names = [name for name, _ in champion.named_parameters()]
+    _load_params(champion, champion_tensors(gen, names), str(gen.path), squeezed=False)
+    actor, chosen = champion, []
+    if config.selection.deploy != "champion":
+        population = Actor(config.evolution.popsize, size, config.model, book=book).requires_grad_(False)
+        _load_params(population, population_tensors(gen, names), str(gen.path), squeezed=False)
+        actor, chosen = deployed(market, config, champion, population)
     history = checkpoint.read_document(gen, "history")
     source = {
         "kind": "checkpoint",
+        "procedure": config.selection.deploy,
+        "members": chosen,
         "path": str(target).rstrip("/") if str(target).startswith("gs://") else str(gen.path),
         "generation": gen.generation,
         "champion_generation": state.get("champion_generation"),
@@ -177,7 +208,16 @@ def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -
 
 
 def describe_champion(source: dict[str, Any]) -> str:
-    """One line: where the champion comes from and what selection saw in it."""
+    """One line: where the champion comes from and what selection saw in it; for another procedure
+    (``selection.deploy``), which agents trade."""
+    procedure = source.get("procedure") or "champion"
+    if procedure != "champion":
+        agents = ", ".join(str(i) for i in source.get("members") or [])
+        return (
+            f"{TRADER_NAMES.get(procedure, procedure)} of {source['path']} (generation {source.get('generation')}; "
+            f"selection.deploy={procedure}: agent{'s' if len(source.get('members') or []) != 1 else ''} {agents} "
+            "of the population, ranked by validation log return, no gate)"
+        )
     score = source.get("champion_score")
     score_text = "n/a" if score is None else f"{score:+.4f}"
     where = f"champion of {source['path']} (generation {source.get('generation')}"

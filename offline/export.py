@@ -36,12 +36,14 @@ from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
 from offline.bundle import FILES, FORMAT, PRECISION, SPEC, TENSORS, VERSION, write_bundle
+from offline.procedures import TRADER_NAMES, deployed
 from offline.stored import (
     TARGET_HELP,
     Located,
     champion_tensors,
     in_float32,
     locate,
+    population_tensors,
     read_generation,
     training_precision,
 )
@@ -72,6 +74,34 @@ def _champion(gen: checkpoint.GenerationFiles, config: Config, window_size: int)
             )
         params[name] = tensor[0].contiguous()
     return params
+
+
+def _procedure(
+    gen: checkpoint.GenerationFiles, config: Config, market: Market, window_size: int
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The parameters of the procedure ``selection.deploy`` names, as the bundle holds them (one agent squeezed; an
+    ensemble's members as ``member{j}.NAME``), and ``actor.json``'s ``procedure``."""
+    deploy = config.selection.deploy
+    if deploy == "champion":
+        return _champion(gen, config, window_size), {"deploy": deploy, "members": []}
+    model = in_float32(config).model
+    population = Actor(config.evolution.popsize, window_size, model, book=Book.from_env(config.env))
+    names = [name for name, _ in population.named_parameters()]
+    tensors = population_tensors(gen, names)
+    with torch.no_grad():
+        for name, param in population.named_parameters():
+            if tuple(tensors[name].shape) != tuple(param.shape):
+                raise CheckpointError(
+                    f"{gen.path}: actor.{name} has shape {tuple(tensors[name].shape)}, its config implies "
+                    f"{tuple(param.shape)}"
+                )
+            param.copy_(tensors[name])
+    _, chosen = deployed(market, in_float32(config), population.agent(0), population.requires_grad_(False))
+    if len(chosen) == 1:
+        params = {name: tensors[name][chosen[0]].contiguous() for name in names}
+    else:
+        params = {f"member{j}.{name}": tensors[name][i].contiguous() for j, i in enumerate(chosen) for name in names}
+    return params, {"deploy": deploy, "members": chosen}
 
 
 def actor_spec(
@@ -252,6 +282,21 @@ def target_weights(params, windows, weights, tradable=None, book=None):
     return torch.cat([1 - assets.sum(-1, keepdim=True), assets], dim=-1)
 
 
+def members(params):
+    """The agents whose orders are averaged: one parameter dict each (an ensemble's tensors are named
+    member{j}.NAME; a single actor is its own only member)."""
+    names = sorted({name.split(".", 1)[0] for name in params if name.startswith("member")})
+    if not names:
+        return [params]
+    return [{k.split(".", 1)[1]: v for k, v in params.items() if k.split(".", 1)[0] == m} for m in names]
+
+
+def procedure_weights(params, windows, weights, tradable=None, book=None):
+    """The order: the mean of every member's target weights, each deciding on the same held weights."""
+    each = [target_weights(p, windows, weights, tradable, book) for p in members(params)]
+    return torch.stack(each).mean(dim=0)
+
+
 def normalise(raw, spec):
     """Raw features (..., N, K) -> the normalised features the actor was trained on; a missing raw value (NaN: an
     asset without a price that day, or a value not known yet) becomes 0, the training mean. With a "tradable"
@@ -275,7 +320,7 @@ tradable = ...  # (N,) bool: which tickers have a price at today's close (None i
 weights = torch.zeros(len(spec["tickers"]) + 1)
 weights[0] = 1.0  # a new portfolio: all cash
 with torch.no_grad():
-    target = target_weights(params, window(normalise(raw, spec)), weights, tradable, spec["book"])  # (N+1,)
+    target = procedure_weights(params, window(normalise(raw, spec)), weights, tradable, spec["book"])  # (N+1,)
 """
 
 
@@ -292,6 +337,16 @@ def book_spec(config: Config) -> dict[str, Any]:
         "financing_spread": config.env.financing_spread if book.long_short else 0.0,
         "described": conventions(config)["book"],
     }
+
+
+def procedure_text(procedure: dict[str, Any]) -> str:
+    """The deployed procedure in words: which agents trade (``offline.procedures``)."""
+    chosen = procedure["members"]
+    agents = f"agent{'s' if len(chosen) != 1 else ''} {', '.join(map(str, chosen))}"
+    return (
+        f"{TRADER_NAMES[procedure['deploy']]} (selection.deploy={procedure['deploy']}: {agents} of the population, "
+        "ranked by validation log return, no gate)"
+    )
 
 
 def forward_code() -> str:
@@ -328,12 +383,18 @@ def readme_text(spec: dict[str, Any], folder_name: str) -> str:
             f"(`execution_delay` {delay}) and held them to the close of `t + {delay + 1}`; weight on an asset "
             "without a price at the fill stayed in cash"
         )
+    procedure = spec.get("procedure") or {"deploy": "champion", "members": []}
+    if procedure["deploy"] == "champion":
+        who = f"The champion of run `{source['run_name']}` at generation {spec['generation']} ({found}; validation "
+        who += f"score\n{score_text}"
+    else:
+        who = f"The {procedure_text(procedure)} of run `{source['run_name']}` at generation {spec['generation']} "
+        who += f"(the run's champion: {found}; its validation score\n{score_text}"
     return f"""# Exported ERL trader actor
 
-The champion of run `{source["run_name"]}` at generation {spec["generation"]} ({found}; validation score
-{score_text}: total log return over the validation range {spec["dates"]["validation"][0]} to
+{who}: total log return over the validation range {spec["dates"]["validation"][0]} to
 {spec["dates"]["validation"][1]}, one episode from cash), trained on {num_assets} assets
-({", ".join(tickers)}) with data `{source["data"]}`.
+({", ".join(tickers)}) with data `{source["data"]}`.{_members_text(procedure)}
 
 | file | what it holds |
 |---|---|
@@ -398,6 +459,16 @@ evaluate` scored it.{_trained_precision_text(spec)}
 """
 
 
+def _members_text(procedure: dict[str, Any]) -> str:
+    if len(procedure["members"]) < 2:
+        return ""
+    return (
+        f" The trader is an ensemble of {len(procedure['members'])} agents: `actor.safetensors` holds each one's "
+        "tensors as `member{j}.NAME`, each decides on the same held weights, and the order is the mean of their target "
+        "weights (`procedure_weights` below)."
+    )
+
+
 def _trained_precision_text(spec: dict[str, Any]) -> str:
     trained = spec["training_precision"]
     kinds = []
@@ -430,8 +501,9 @@ def export_champion(target: str | Path, out_dir: str | Path, *, log: Callable[[s
 def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> Path:
     gen = located.gen
     state, config, market = read_generation(located, refusal="cannot export from")
-    params = _champion(gen, config, window_size(config.env.lookback, market.num_features))
+    params, procedure = _procedure(gen, config, market, window_size(config.env.lookback, market.num_features))
     spec = actor_spec(config=config, market=market, params=params, state=state, gen=gen, run_dir=located.run_dir)
+    spec["procedure"] = procedure
 
     check_out_dir(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -448,10 +520,13 @@ def _export(located: Located, out_dir: Path, *, log: Callable[[str], None]) -> P
         raise
     score = spec["champion_score"]
     found = "equal weight" if spec["champion_generation"] == 0 else f"found in generation {spec['champion_generation']}"
-    log(
-        f"exported the champion of {gen.path} ({found}, validation log return "
-        f"{'n/a' if score is None else format(score, '+.4f')}) to {out_dir}: {', '.join(FILES)}"
+    score_text = "n/a" if score is None else format(score, "+.4f")
+    what = (
+        f"the champion of {gen.path} ({found}, validation log return {score_text})"
+        if procedure["deploy"] == "champion"
+        else f"the {procedure_text(procedure)} of {gen.path}"
     )
+    log(f"exported {what} to {out_dir}: {', '.join(FILES)}")
     return out_dir
 
 

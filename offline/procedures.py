@@ -26,6 +26,8 @@ from offline.holdout import run_range
 
 TRADERS = ("champion", "best_on_validation", "ensemble")
 """The procedures, in the order reports list them (``config.Deploy``)."""
+TRADER_NAMES = {"champion": "champion", "best_on_validation": "best agent on validation", "ensemble": "ensemble"}
+"""How reports and verdicts name each procedure."""
 
 
 class Ensemble(nn.Module):
@@ -89,3 +91,13 @@ def traders(
     order = ranking(validation_scores(market, config, population))
     chosen = {trader: members(trader, order, config.backtest.ensemble_size) for trader in TRADERS[1:]}
     return {"champion": champion, **{t: trader_actor(population, chosen[t]) for t in TRADERS[1:]}}, chosen
+
+
+def deployed(market: Market, config: Config, champion: Actor, population: Actor) -> tuple[nn.Module, list[int]]:
+    """The procedure ``selection.deploy`` names, for this generation: the trader and the population indices it trades
+    with (none for the champion, which is the run's own record)."""
+    if config.selection.deploy == "champion":
+        return champion, []
+    order = ranking(validation_scores(market, config, population))
+    chosen = members(config.selection.deploy, order, config.backtest.ensemble_size)
+    return trader_actor(population, chosen), chosen

@@ -90,6 +90,13 @@ def champion_tensors(gen: checkpoint.GenerationFiles, names: list[str]) -> dict[
     return {name: tensors[f"champion.{name}"] for name in names}
 
 
+def population_tensors(gen: checkpoint.GenerationFiles, names: list[str]) -> dict[str, torch.Tensor]:
+    """The population actor's tensors ``names`` (``Actor`` parameter names, every agent), from the population
+    group."""
+    tensors = checkpoint.read_tensors(gen, POPULATION, keys=[f"actor.{name}" for name in names])
+    return {name: tensors[f"actor.{name}"] for name in names}
+
+
 def locate(target: str | Path, scratch: Path | None = None) -> Located:
     """Resolve a run or generation folder to the generation to report (see the module docstring).
 

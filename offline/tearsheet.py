@@ -22,6 +22,7 @@ import base64
 import dataclasses
 import html
 import io
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from offline.plots import (
     plot_weights,
     plot_year_bars,
 )
+from offline.procedures import TRADERS
 from offline.risk import TRADING_DAYS, drawdown_curve, equity_curve, risk_metrics
 from persistence import checkpoint
 
@@ -940,14 +942,62 @@ def backtest_verdict(summary: Mapping[str, Any], labels: Mapping[str, str]) -> V
         Table(["figure", "value"], figures, "Over every fold and seed (summary.json)"),
         _fold_rows(summary, labels),
     ]
-    pooled = summary.get("pooled")
+    traders = summary.get("traders")
+    family = summary.get("family")
+    if isinstance(traders, Mapping) and traders:
+        for trader, pooled in traders.items():
+            if isinstance(pooled, Mapping) and pooled.get("verdict"):
+                sentences.append(f"{labels.get(trader, trader)}: {pooled['verdict']}")
+        if isinstance(family, Mapping) and family.get("verdict"):
+            sentences.append(f"which to deploy ({family.get('method', 'family')}): {family['verdict']}")
+        tables.append(_procedure_rows(traders, family if isinstance(family, Mapping) else {}, labels))
+        return Verdict("Backtest summary", sentences, tables)
+    pooled = summary.get("pooled")  # a summary of an earlier version: the champion's test alone
     if isinstance(pooled, Mapping):
         if pooled.get("verdict"):
             sentences.append(f"pooled test: {pooled['verdict']}")
+        known = {k: v for k, v in pooled.items() if v is not None}  # a figure not computed is left out, not n/a
         tables.append(
-            Table(["figure", "value"], _scalars(pooled, skip=("verdict",)), "The pooled test (summary.json: pooled)")
+            Table(["figure", "value"], _scalars(known, skip=("verdict",)), "The pooled test (summary.json: pooled)")
         )
     return Verdict("Backtest summary", sentences, tables)
+
+
+def _procedure_rows(traders: Mapping[str, Any], family: Mapping[str, Any], labels: Mapping[str, str]) -> Table:
+    """One row per procedure: its pooled test over every test day, the family's adjusted p-value, what it traded."""
+    adjusted = family.get("adjusted_p") or {}
+    header = [
+        "procedure",
+        "mean excess, log %/y",
+        "90% interval",
+        "t",
+        "one-sided p",
+        "family-adjusted p",
+        "turnover a year",
+        "costs a year",
+        "deflated Sharpe",
+    ]
+    rows = []
+    for trader, pooled in traders.items():
+        interval = pooled.get("interval")
+        rows.append(
+            [
+                labels.get(trader, trader),
+                _percent_points(pooled.get("mean_excess")),
+                "not tested" if not interval else f"{interval[0] * 100:+.2f} to {interval[1] * 100:+.2f}",
+                "not tested" if pooled.get("t") is None else f"{pooled['t']:+.2f}",
+                "not tested" if pooled.get("p_value") is None else f"{pooled['p_value']:.4f}",
+                "not tested" if adjusted.get(trader) is None else f"{adjusted[trader]:.4f}",
+                "n/a" if pooled.get("mean_turnover") is None else f"{pooled['mean_turnover']:.1f}x",
+                "n/a" if pooled.get("mean_costs") is None else f"{100 * pooled['mean_costs']:.2f}%",
+                "n/a" if pooled.get("deflated_sharpe") is None else f"{pooled['deflated_sharpe']:.2f}",
+            ]
+        )
+    return Table(header, rows, "Each procedure over every test day (summary.json: traders, family)")
+
+
+def _percent_points(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.2f}"
 
 
 TRADED = ("turnover per year", "costs")
@@ -973,11 +1023,13 @@ def backtest_sheet(
         results: The fold results (``offline.backtest.results.run_fold``), as they read back from their files.
         labels: Strategy -> name, the index by what it is.
     """
-    order = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
+    order = (*TRADERS, "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
     parts = []
+    shown: dict[bytes, int] = {}  # seeds whose chains trade the very same days the very same way show once
     for seed in sorted({r["seed"] for r in results}):
         chain = sorted((r for r in results if r["seed"] == seed), key=lambda r: r["year"])
         strategies = [s for s in order if all(s in r["daily"] for r in chain)]
+        traders = [s for s in TRADERS if s in strategies]
         dates = [d for r in chain for d in r["test_dates"]]
         spans = chain[0]["dates"]
         years = [r["year"] for r in chain]
@@ -991,25 +1043,35 @@ def backtest_sheet(
             s: np.concatenate([np.asarray(r["daily"][s], dtype=np.float64) for r in chain]) for s in strategies
         }
         turnover_rows = [
-            [str(r["year"]), *(_yearly(r["metrics"].get(s, {})) for s in ("champion", "equal_weight"))] for r in chain
+            [str(r["year"]), *(_yearly(r["metrics"].get(s, {})) for s in (*traders, "equal_weight"))] for r in chain
         ]
-        parts.append(
-            Part(
-                title=f"Seed {seed}: test years {', '.join(map(str, years))} chained",
-                note=note,
-                dates=dates,
-                start=(spans.get("gap") or spans["validation"])[1],
-                after=None,
-                log_returns=log_returns,
-                cash_returns=log_returns.get("cash"),
-                trading_note="The fold results keep each strategy's daily log returns, not its daily weights or "
-                "trades; each test year's turnover and costs:",
-                trading_table=Table(
-                    ["test year", *(f"{what}: {labels[s]}" for s in ("champion", "equal_weight") for what in TRADED)],
-                    [[row[0], *(cell for pair in row[1:] for cell in pair)] for row in turnover_rows],
-                ),
+        same = json.dumps([dates, {s: v.tolist() for s, v in log_returns.items()}, turnover_rows]).encode()
+        if same in shown:
+            earlier = parts[shown[same]]
+            named, rest = earlier.title.split(":", 1)
+            parts[shown[same]] = dataclasses.replace(
+                earlier,
+                title=f"Seeds {named.removeprefix('Seeds ').removeprefix('Seed ')}, {seed}:{rest}",
+                note=f"{earlier.note} Seed {seed} traded every test day exactly the same way: shown once.",
             )
+            continue
+        shown[same] = len(parts)
+        part = Part(
+            title=f"Seed {seed}: test years {', '.join(map(str, years))} chained",
+            note=note,
+            dates=dates,
+            start=(spans.get("gap") or spans["validation"])[1],
+            after=None,
+            log_returns=log_returns,
+            cash_returns=log_returns.get("cash"),
+            trading_note="The fold results keep each strategy's daily log returns, not its daily weights or "
+            "trades; each test year's turnover and costs:",
+            trading_table=Table(
+                ["test year", *(f"{what}: {labels[s]}" for s in (*traders, "equal_weight") for what in TRADED)],
+                [[row[0], *(cell for pair in row[1:] for cell in pair)] for row in turnover_rows],
+            ),
         )
+        parts.append(part)
     years = sorted({r["year"] for r in results})
     seeds = sorted({r["seed"] for r in results})
     lines = [

@@ -67,10 +67,8 @@ import torch
 
 from environment.market import TRADING_DAYS
 from offline.overfitting import deflated_sharpe_from, expected_max_sharpe, series_moments
+from offline.procedures import TRADER_NAMES
 from training.selection import block_length, stationary_bootstrap
-
-TRADER_NAMES = {"champion": "champion", "best_on_validation": "best agent on validation", "ensemble": "ensemble"}
-"""How a verdict names each procedure (``offline.procedures.TRADERS``)."""
 
 MIN_DAYS = 20
 """Fewer test days than this are too few for a block bootstrap: the verdict asks for more."""

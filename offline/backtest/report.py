@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from config import SelectionConfig, describe_conventions
-from offline.backtest.inference import TRADER_NAMES, family_verdict, pooled_test
+from offline.backtest.inference import family_verdict, pooled_test
 from offline.backtest.results import STRATEGIES
 from offline.holdout import INDEX
-from offline.procedures import TRADERS
+from offline.procedures import TRADER_NAMES, TRADERS
 from persistence import checkpoint
 
 OUTPUTS = ("summary.json", "summary.csv", "backtest.png")

@@ -15,6 +15,8 @@ from offline.risk import risk_metrics
 
 TICKERS = ("AAA", "BBB", "CCC")
 STRATEGIES = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)
+PROCEDURES = ("best_on_validation", "ensemble")
+"""What a backtest's folds trade beside the champion (``offline.procedures``)."""
 WITH_INDEX = {**LABELS, INDEX: BUNDLED_BENCHMARK_LABEL}
 CASH_DAILY = 1e-4
 
@@ -87,10 +89,11 @@ def fold_result(year: int, seed: int) -> dict:
     """A fold's result as ``run_fold`` writes it, with a whole test year of seeded daily returns."""
     generator = np.random.default_rng(year * 10 + seed)
     days = [d for d in calendar(f"{year}-01-01", 262) if d.startswith(str(year))]
-    daily = {s: generator.normal(3e-4, 0.01, len(days)).tolist() for s in STRATEGIES}
+    strategies = (*STRATEGIES[:1], *PROCEDURES, *STRATEGIES[1:])
+    daily = {s: generator.normal(3e-4, 0.01, len(days)).tolist() for s in strategies}
     daily["cash"] = [CASH_DAILY] * len(days)
     figures = {"total_return": 0.1, "sharpe": 1.0, "max_drawdown": 0.1, "turnover": 4.0, "costs": 0.002}
-    metrics = {s: {**figures, "sharpe": 1.0 + 0.1 * i} for i, s in enumerate(STRATEGIES)}
+    metrics = {s: {**figures, "sharpe": 1.0 + 0.1 * i} for i, s in enumerate(strategies)}
     metrics["cash"] = {**figures, "sharpe": None, "turnover": 0.0, "costs": 0.0}
     gap = [f"{year - 1}-12-20", f"{year - 1}-12-31"]
     return {
@@ -120,7 +123,8 @@ def backtest_inputs(pooled: dict | None = None) -> tuple[dict, list[dict]]:
             "benchmark": "bundled",
         },
     )
-    summary.pop("pooled")
+    for key in ("pooled", "traders", "family"):  # as written before the procedures and their tests
+        summary.pop(key)
     if pooled is not None:
         summary["pooled"] = pooled
     return summary, results

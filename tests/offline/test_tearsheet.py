@@ -273,8 +273,8 @@ def test_the_page_lists_every_baseline_present(evaluation_page):
     assert WITH_INDEX[INDEX] == "S&P 500 price index (no dividends)"
     for part in sheet.parts:
         assert list(part.log_returns) == ["champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX]
-    for label in WITH_INDEX.values():
-        assert page.count(f"<th>{html.escape(label)}</th>") >= 2  # a row of each part's summary table
+    for strategy in sheet.parts[0].log_returns:
+        assert page.count(f"<th>{html.escape(WITH_INDEX[strategy])}</th>") >= 2  # a row of each part's summary table
     without = evaluation_sheet(index=False, holdout=30, validation=30)
     assert INDEX not in without.parts[0].log_returns
     assert [row[0] for row in tearsheet.relative_table(without.parts[0], without.labels).rows] == [
@@ -345,7 +345,16 @@ def test_the_backtest_page_chains_the_test_years_per_seed_and_shows_the_pooled_t
     ]
     part = sheet.parts[0]
     assert part.dates[0] == "2019-01-01" and part.dates[-1] == "2020-12-31" and part.start == "2018-12-31"
-    assert list(part.log_returns) == ["champion", "untrained", "equal_weight", "buy_and_hold", "cash", INDEX]
+    assert list(part.log_returns) == [
+        "champion",
+        "best_on_validation",
+        "ensemble",
+        "untrained",
+        "equal_weight",
+        "buy_and_hold",
+        "cash",
+        INDEX,
+    ]
     assert part.cash_returns is part.log_returns["cash"]
     years = tearsheet.yearly_table(part, sheet.labels).rows
     assert [row[0] for row in years] == ["2019", "2020"]  # whole years: neither is partial
@@ -359,14 +368,40 @@ def test_the_backtest_page_chains_the_test_years_per_seed_and_shows_the_pooled_t
     assert not any("pooled" in sentence for sentence in verdict.sentences) and len(verdict.tables) == 2
 
 
+def test_seeds_that_traded_every_day_the_same_way_are_shown_once():
+    summary, results = backtest_inputs()
+    twins = [{**r, "seed": 1} for r in results if r["seed"] == 0]  # seed 1 a copy of seed 0, a third seed apart
+    third = [{**r, "seed": 2} for r in results if r["seed"] == 1]
+    sheet = tearsheet.backtest_sheet(
+        summary, [r for r in results if r["seed"] == 0] + twins + third, labels=WITH_INDEX, title="b"
+    )
+    assert [p.title for p in sheet.parts] == [
+        "Seeds 0, 1: test years 2019, 2020 chained",
+        "Seed 2: test years 2019, 2020 chained",
+    ]
+    assert sheet.parts[0].note.endswith("Seed 1 traded every test day exactly the same way: shown once.")
+
+
 def test_the_backtest_page_renders_the_pooled_test_the_summary_computes():
     summary, results = backtest_inputs()
     summary = summarise(results, trading=summary["conventions"])  # the report's own pooled test, not a stand-in
     verdict = tearsheet.backtest_verdict(summary, WITH_INDEX)
-    assert f"pooled test: {summary['pooled']['verdict']}" in verdict.sentences
-    pooled_table = verdict.tables[-1]
-    figures = {row[0]: row[1] for row in pooled_table.rows}
-    assert {"days", "t", "p value", "outcome"} <= set(figures) and "interval" not in figures
+    for trader, pooled in summary["traders"].items():
+        assert f"{WITH_INDEX[trader]}: {pooled['verdict']}" in verdict.sentences
+    family = summary["family"]
+    assert verdict.sentences[-1] == f"which to deploy ({family['method']}): {family['verdict']}"
+    procedures = verdict.tables[-1]
+    assert [row[0] for row in procedures.rows] == [
+        "champion",
+        "best agent on validation",
+        "ensemble of the best on validation",
+    ]
+    for row, (trader, pooled) in zip(procedures.rows, summary["traders"].items(), strict=True):
+        assert row[4] == f"{pooled['p_value']:.4f}" and row[5] == f"{family['adjusted_p'][trader]:.4f}"
+        assert float(row[1]) == pytest.approx(pooled["mean_excess"] * 100, abs=0.005)
+    # the backtest page shows every procedure's days beside the baselines'
+    page = tearsheet.backtest_sheet(summary, results, labels=WITH_INDEX, title="b")
+    assert list(page.parts[0].log_returns)[:3] == ["champion", "best_on_validation", "ensemble"]
 
 
 def test_a_long_short_champion_shows_its_long_and_short_exposure():
