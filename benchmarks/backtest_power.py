@@ -19,12 +19,15 @@ its ``summary.json``. A finished backtest is read back (its folds are not traine
 * per procedure (``offline.procedures``: the gated champion, the best agent on validation, the ensemble), each with
   its pooled test, and the family (the stepdown max-t over the three): how often it proves any, each, and which it
   deploys; beside them the single-run gate on the same folds (the share of folds that crowned an agent);
+* **family** (``--parts family``): the family test alone on ``--null-series`` triples of correlated null series of
+  1500 days: its family-wise size;
 * ``--ensemble-sizes`` (e.g. ``1,2,3,5,8``): the same folds traded by the ensemble of each size, tested alone: what
   ``backtest.ensemble_size`` does to size and power;
 * **null** (``--null-series``): the test alone (``offline.backtest.inference.mean_test``, block length chosen from
   the data) on simulated series of 12 x 252 days with mean 0: independent normal days, AR(1) days (0.3), Student-t
   days (3 degrees of freedom), and one year of normal days among eleven years of zeros (one crowned fold in twelve,
-  the shape random-walk backtests give when the gate crowns by luck). ``--null-block-scale`` multiplies the chosen
+  the shape random-walk backtests give when the gate crowns by luck); on request (``--null-scenarios``) AR(1) days
+  at 0.1, 0.2 and 0.5: how the size grows with the autocorrelation. ``--null-block-scale`` multiplies the chosen
   block length (a scale other than 1 is kept apart from the test's own figures: whether a longer block holds the
   level where the series is autocorrelated).
 
@@ -54,7 +57,7 @@ from config import Config, override
 from environment.book import Book
 from environment.synthetic import make_market
 from offline.backtest.command import main as backtest
-from offline.backtest.inference import mean_test, pooled_test
+from offline.backtest.inference import family_test, mean_test, pooled_test
 from offline.holdout import run_range
 from offline.procedures import TRADER_NAMES, ranking, trader_actor, validation_scores
 from persistence import run_folder
@@ -179,12 +182,13 @@ def null_series(scenario: str, rng: np.random.Generator) -> np.ndarray:
     sd = 0.004
     if scenario == "independent normal":
         return rng.normal(0.0, sd, NULL_DAYS)
-    if scenario == "AR(1) 0.3":
-        shocks = rng.normal(0.0, sd * math.sqrt(1 - 0.3**2), NULL_DAYS)
+    if scenario.startswith("AR(1) "):
+        phi = float(scenario.removeprefix("AR(1) "))
+        shocks = rng.normal(0.0, sd * math.sqrt(1 - phi**2), NULL_DAYS)
         x = np.empty(NULL_DAYS)
         x[0] = rng.normal(0.0, sd)
         for t in range(1, NULL_DAYS):
-            x[t] = 0.3 * x[t - 1] + shocks[t]
+            x[t] = phi * x[t - 1] + shocks[t]
         return x
     if scenario == "Student t(3)":
         return rng.standard_t(3, NULL_DAYS) * sd / math.sqrt(3)
@@ -194,7 +198,15 @@ def null_series(scenario: str, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-NULL_SCENARIOS = ("independent normal", "AR(1) 0.3", "Student t(3)", "one year in twelve")
+NULL_SCENARIOS = (
+    "independent normal",
+    "AR(1) 0.3",
+    "Student t(3)",
+    "one year in twelve",
+    "AR(1) 0.1",
+    "AR(1) 0.2",
+    "AR(1) 0.5",
+)
 
 
 def null_size(scenario: str, reps: int, *, alpha: float, draws: int, block_scale: float = 1.0) -> dict[str, Any]:
@@ -214,6 +226,20 @@ def null_size(scenario: str, reps: int, *, alpha: float, draws: int, block_scale
         "rejected": rejected,
         "mean_block": float(np.mean(blocks)),
     }
+
+
+def family_null_size(reps: int, *, draws: int, days: int = 1500) -> dict[str, Any]:
+    """The family test (``family_test``) on ``reps`` triples of null series of ``days`` days: a shared part and an
+    own part each, as procedures drawn from one population trade alike. The share of triples in which any is proven
+    is the family-wise size."""
+    rng = np.random.default_rng(2026)
+    rejected = 0
+    for rep in range(reps):
+        shared = rng.normal(0.0, 0.003, days)
+        series = {f"trader{j}": shared + rng.normal(0.0, 0.003, days) for j in range(3)}
+        test = family_test(series, generator=torch.Generator().manual_seed(rep), draws=draws)
+        rejected += any(p is not None and p <= 0.05 for p in test.adjusted_p)
+    return {"reps": reps, "draws": draws, "days": days, "rejected": rejected}
 
 
 # ---------------------------------------------------------------------------------------------- the table
@@ -301,7 +327,9 @@ def _f(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="size,power,null", help="size, power, null, report (comma-separated)")
+    parser.add_argument(
+        "--parts", default="size,power,null", help="size, power, null, family, report (comma-separated)"
+    )
     parser.add_argument("--size-seeds", default="0-19", help="random-walk markets")
     parser.add_argument("--power-seeds", default="0-19", help="leaders markets")
     parser.add_argument("--strength", type=float, default=0.0025, help="the leaders' edge a day (default: half)")
@@ -315,7 +343,7 @@ def main() -> None:
     parser.add_argument("--ensemble-sizes", default="", help="e.g. 1,2,3,5,8: each size's ensemble tested too")
     parser.add_argument("--null-series", type=int, default=2000, help="simulated series per null scenario")
     parser.add_argument("--null-draws", type=int, default=1000, help="bootstrap resamples per simulated series")
-    parser.add_argument("--null-scenarios", default=",".join(NULL_SCENARIOS), help="comma-separated (default all)")
+    parser.add_argument("--null-scenarios", default=",".join(NULL_SCENARIOS[:4]), help="comma-separated")
     parser.add_argument("--null-block-scale", type=float, default=1.0, help="times the chosen block length")
     parser.add_argument("--out", default="runs/backtest-power")
     parser.add_argument("--json-out", help="default: OUT/power.json")
@@ -343,6 +371,9 @@ def main() -> None:
             flush=True,
         )
         _save(json_out, rows, nulls, args)
+    if "family" in parts:
+        family = family_null_size(args.null_series, draws=args.null_draws)
+        print(f"family of three null series: rejects {share(family['rejected'], family['reps'])}", flush=True)
     if "null" in parts:
         for scenario in args.null_scenarios.split(","):
             key = (scenario, args.null_block_scale)

@@ -49,6 +49,16 @@ by trials) and scaled to the pooled series' length by ``validation days / D``, s
 falls as one over its days (exactly so for unskilled trials, the null the ratio tests). It is stricter than the test
 above: it asks whether the edge would stand out had all N candidates been tried on the test days and the best kept.
 
+**The family** (``family_test``, ``family_verdict``): every procedure a fold traded (``offline.procedures``) has its
+own series and its own test above; proving "some procedure" from several tests on the same days needs an allowance
+for the several. Romano and Wolf's stepdown max-t (2005) gives it: one set of resampled days (the block length the
+longest of the series' Politis-White lengths) gives every series' resampled mean; each is studentised by its
+bootstrap standard error ``t_j = m_j / se_j``; in the order of decreasing ``t``, a series' adjusted p-value is the
+share of resamples in which the largest centred ``(m*_k - m_k) / se_k`` over the series not yet ranked above it
+reaches ``t_j``, made monotone. Those with an adjusted p at most alpha are proven; the chance of proving any
+series whose expected value is at most 0 is at most alpha, under the test's conditions and up to the bootstrap's
+error, whichever others have an edge. A series that is 0 every day is not tested. For one series it is the test above.
+
 Deterministic: the resamples come from a generator seeded from ``SEED`` and the plan's (year, seed) pairs, so a
 backtest continued by the same command gives the same summary, byte for byte.
 """
@@ -333,7 +343,45 @@ def pooled_test(
         if years is not None and years <= days / TRADING_DAYS:
             # the normal quantile rejects already; the bootstrap's distribution of the mean has a heavier tail here
             verdict += " by the normal approximation (the bootstrap, which allows for the series' tails, does not yet)"
+    rho = lag_one_autocorrelation(pooled.excess)
+    figures["autocorrelation"] = rho
+    figures["size_at_autocorrelation"] = size = measured_size(rho) if alpha == MEASURED_AT else None
+    if size is not None and size > MEASURED_AT + 0.005:
+        verdict += (
+            f" (the daily excess's lag-one autocorrelation is {rho:.2f}; on AR(1) series with no edge and that "
+            f"autocorrelation the test rejected at {alpha * 100:g}% in {size:.1%} of series, not {alpha:.0%})"
+        )
+    elif size is None and alpha == MEASURED_AT and rho > MEASURED_SIZE[-1][0]:
+        verdict += (
+            f" (the daily excess's lag-one autocorrelation is {rho:.2f}, beyond the {MEASURED_SIZE[-1][0]} up to "
+            "which the test's size was measured: it may reject more often than its level)"
+        )
     return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+
+
+MEASURED_AT = 0.05
+"""The level at which the test's size was measured."""
+MEASURED_SIZE = ((0.05, 0.047), (0.5, 0.065))
+"""(largest lag-one autocorrelation, the test's measured rejection rate at 5% up to it): on 2000 simulated null series
+of 12 x 252 days each (mean 0, 1000 resamples; ``benchmarks/backtest_power.py --parts null``, RESULTS.md),
+independent days gave 0.047; AR(1) days at 0.1, 0.2, 0.3 and 0.5 gave 0.062, 0.049, 0.065 and 0.059, whose largest
+stands for them all (the four are within each other's Monte Carlo error)."""
+
+
+def lag_one_autocorrelation(series: np.ndarray) -> float:
+    """The series' sample autocorrelation at lag one; 0 for a series with no spread."""
+    x = np.asarray(series, dtype=np.float64) - float(np.mean(series))
+    denominator = float(x @ x)
+    return float(x[1:] @ x[:-1]) / denominator if denominator > 0.0 and len(x) > 1 else 0.0
+
+
+def measured_size(autocorrelation: float) -> float | None:
+    """The size measured on series as autocorrelated as this (``MEASURED_SIZE``; a negative autocorrelation reads as
+    independent days, where the test holds its level); None beyond the largest measured."""
+    for largest, size in MEASURED_SIZE:
+        if autocorrelation <= largest:
+            return size
+    return None
 
 
 class FamilyTest(NamedTuple):
@@ -442,6 +490,14 @@ def family_verdict(
         f"deploy the {TRADER_NAMES.get(deploy, deploy)} (selection.deploy={deploy}): proven at the {alpha * 100:g}% "
         f"family-wise level over {len(traders)} traders: {named}; it has the strongest adjusted evidence"
     )
+    rho = lag_one_autocorrelation(pooled[deploy].excess)
+    size = measured_size(rho)
+    if alpha == MEASURED_AT and (size is None or size > MEASURED_AT + 0.005):
+        verdict += (
+            f" (its daily excess's lag-one autocorrelation is {rho:.2f}, where the bootstrap rejects a true null more "
+            f"often than {alpha:.0%}: "
+            + ("beyond what was measured)" if size is None else f"{size:.1%} of AR(1) series at that autocorrelation)")
+        )
     return {**figures, "verdict": verdict}
 
 

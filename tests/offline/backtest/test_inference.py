@@ -303,3 +303,19 @@ def test_the_same_plan_gives_the_same_bytes_in_any_order():
     assert json.dumps(pooled_test(results[::-1], draws=1000)) == first
     other_plan = [{**r, "seed": 1} for r in results]  # the same days under another seed: other resamples
     assert pooled_test(other_plan, draws=1000)["p_value"] != json.loads(first)["p_value"]
+
+
+def test_an_autocorrelated_excess_states_the_size_measured_at_its_autocorrelation():
+    """Where the daily excess is autocorrelated the bootstrap rejects a true null more often than its level (measured
+    on AR(1) series: RESULTS.md); the verdict says so, with the series' own autocorrelation."""
+    x = series(12 * 252, mean=0.0006, sd=0.004, seed=3, ar=0.3)
+    assert inference.lag_one_autocorrelation(x) == pytest.approx(np.corrcoef(x[1:], x[:-1])[0, 1], abs=0.01)
+    pooled = pooled_test(split_years(x), alpha=0.05)
+    rho = pooled["autocorrelation"]
+    assert 0.2 < rho < 0.4 and pooled["size_at_autocorrelation"] == 0.065
+    assert f"lag-one autocorrelation is {rho:.2f}" in pooled["verdict"] and "not 5%" in pooled["verdict"]
+    independent = pooled_test(split_years(series(12 * 252, mean=0.0006, sd=0.004, seed=3)), alpha=0.05)
+    assert "autocorrelation" not in independent["verdict"]  # the level holds there: nothing to add
+    assert pooled_test(split_years(x), alpha=0.01)["size_at_autocorrelation"] is None  # measured at 5% only
+    assert inference.measured_size(-0.2) == 0.047 and inference.measured_size(0.3) == 0.065
+    assert inference.measured_size(0.9) is None
