@@ -49,7 +49,7 @@ from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
 from offline.procedures import TRADER_NAMES, Ensemble, deployed
-from offline.risk import drawdown_curve, equity_curve
+from offline.risk import METRICS, drawdown_curve, equity_curve
 from offline.stored import (
     champion_tensors,
     in_float32,
@@ -66,20 +66,8 @@ from utils import tensorboard as board_log
 from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
 
-METRIC_COLUMNS = (
-    "days",
-    "total_return",
-    "annualised_return",
-    "annualised_volatility",
-    "sharpe",
-    "sortino",
-    "max_drawdown",
-    "max_drawdown_days",
-    "calmar",
-    "turnover",
-    "costs",
-    "under_a_year",
-)
+METRIC_COLUMNS = ("days", *(metric.name for metric in METRICS), "under_a_year")
+"""``evaluation.csv``'s figures of each strategy (``offline.risk.METRICS``, with the sample's length)."""
 EXPOSURE_COLUMNS = (
     "gross_exposure",
     "net_exposure",
@@ -354,21 +342,13 @@ def table(result: RangeResult, *, cost_rate: float, labels: dict[str, str] = LAB
     def marked(cell: str) -> str:  # a figure scaled up from under a year
         return cell + "~" if short and cell != "n/a" else cell
 
-    columns = ("strategy", "total", "annual", "vol", "Sharpe", "Sortino", "max DD", "Calmar", "turnover/y", "costs")
     width = max(22, *(len(labels[strategy]) + 2 for strategy in result.metrics))
-    lines = [header, f"{columns[0]:<{width}}" + "".join(f"{c:>11}" for c in columns[1:])]
+    lines = [header, f"{'strategy':<{width}}" + "".join(f"{metric.short:>11}" for metric in METRICS)]
     for strategy, m in result.metrics.items():
-        cells = (
-            _percent(m.total_return),
-            marked(_percent(m.annualised_return)),
-            marked(_percent(m.annualised_volatility)),
-            marked(_ratio(m.sharpe)),
-            marked(_ratio(m.sortino)),
-            _percent(-m.max_drawdown) if m.max_drawdown > 0 else "0.0%",
-            "n/a" if m.under_a_year else _ratio(m.calmar),
-            marked(f"{m.turnover:.1f}x"),
-            f"{100 * m.costs:.2f}%",
-        )
+        cells = []
+        for metric in METRICS:
+            cell = "n/a" if metric.needs_a_year and m.under_a_year else metric.format(getattr(m, metric.name))
+            cells.append(marked(cell) if metric.annualised else cell)
         lines.append(f"{labels[strategy]:<{width}}" + "".join(f"{cell:>11}" for cell in cells))
     return "\n".join(lines)
 

@@ -66,6 +66,62 @@ class RiskMetrics:
         }
 
 
+@dataclass(frozen=True)
+class Metric:
+    """One figure of ``RiskMetrics`` as every report shows it: the evaluate table, ``evaluation.json`` and ``.csv``, the
+    backtest's fold results and the tear sheet read ``METRICS`` and nothing else, so a new figure is a field of
+    ``RiskMetrics``, its computation in ``risk_metrics`` and one entry here."""
+
+    name: str
+    """The ``RiskMetrics`` field (the JSON and CSV key)."""
+    label: str
+    """The tear sheet's column head."""
+    short: str
+    """The evaluate table's column head (11 characters at most)."""
+    style: str
+    """How a value reads: ``percent`` (+1.2%), ``ratio`` (+0.45), ``drawdown`` (a fall, shown negative), ``days``,
+    ``times`` (4.2x) or ``costs`` (0.12%, of starting capital)."""
+    annualised: bool = False
+    """Scaled to a year: a sample under a year says so where the figure is shown."""
+    needs_a_year: bool = False
+    """Not given for a sample under a year (Calmar)."""
+    traded: bool = False
+    """Known only for a strategy whose trades were recorded (turnover, costs): n/a for the index."""
+
+    def format(self, value: float | int | None) -> str:
+        """``value`` as reports print it; n/a for None, NaN or an infinite ratio."""
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return "n/a"
+        if self.style == "percent":
+            return f"{100 * value:+.1f}%"
+        if self.style == "ratio":
+            return f"{value:+.2f}"
+        if self.style == "drawdown":
+            return f"{-100 * value:+.1f}%" if value > 0 else "0.0%"
+        if self.style == "days":
+            return str(int(value))
+        if self.style == "times":
+            return f"{value:.1f}x"
+        return f"{100 * value:.2f}%"  # costs
+
+
+METRICS = (
+    Metric("total_return", "total return", "total", "percent"),
+    Metric("annualised_return", "annual return", "annual", "percent", annualised=True),
+    Metric("annualised_volatility", "volatility", "vol", "percent", annualised=True),
+    Metric("sharpe", "Sharpe", "Sharpe", "ratio", annualised=True),
+    Metric("sortino", "Sortino", "Sortino", "ratio", annualised=True),
+    Metric("max_drawdown", "max drawdown", "max DD", "drawdown"),
+    Metric("max_drawdown_days", "longest underwater (days)", "underwater", "days"),
+    Metric("calmar", "Calmar", "Calmar", "ratio", needs_a_year=True),
+    Metric("turnover", "turnover per year", "turnover/y", "times", annualised=True, traded=True),
+    Metric("costs", "costs", "costs", "costs", traded=True),
+)
+"""Every figure a report shows of a series, in the order reports show them (``RiskMetrics`` holds them, with
+``days`` and ``under_a_year``)."""
+METRIC = {metric.name: metric for metric in METRICS}
+
+
 def _series(values: ArrayLike, name: str, *, min_length: int) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1:

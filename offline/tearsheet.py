@@ -56,7 +56,7 @@ from offline.plots import (
     plot_year_bars,
 )
 from offline.procedures import TRADERS
-from offline.risk import TRADING_DAYS, drawdown_curve, equity_curve, risk_metrics
+from offline.risk import METRICS, TRADING_DAYS, drawdown_curve, equity_curve, risk_metrics
 from persistence import checkpoint
 
 PAGE = "report.html"
@@ -202,26 +202,15 @@ def _figure(draw: Callable[[BinaryIO], None], *, alt: str, size: tuple[int, int]
 
 
 def summary_table(part: Part, labels: Mapping[str, str]) -> Table:
-    """Every strategy's ``offline.risk`` figures on the part's days; annualised ones labelled with the days they come
-    from when fewer than a year, Calmar left out then."""
+    """Every strategy's ``offline.risk`` figures (``METRICS``) on the part's days; annualised ones labelled with the
+    days they come from when fewer than a year, Calmar left out then."""
     days = len(part.dates)
     yearly = annualised(days)
-    header = [
-        "strategy",
-        "total return",
-        f"annual return ({yearly})",
-        f"volatility ({yearly})",
-        f"Sharpe ({yearly})",
-        f"Sortino ({yearly})",
-        "max drawdown",
-        "longest underwater (days)",
-        *(["Calmar"] if days >= CALMAR_MIN_DAYS else []),
-        f"turnover per year ({yearly})",
-        "costs",
-    ]
+    shown = [metric for metric in METRICS if days >= CALMAR_MIN_DAYS or not metric.needs_a_year]
+    header = ["strategy", *(f"{m.label} ({yearly})" if m.annualised else m.label for m in shown)]
     rows = []
     for strategy, returns in part.log_returns.items():
-        m = risk_metrics(
+        figures = risk_metrics(
             returns,
             turnover=part.turnover.get(strategy),
             costs=part.costs.get(strategy),
@@ -231,16 +220,10 @@ def summary_table(part: Part, labels: Mapping[str, str]) -> Table:
         rows.append(
             [
                 labels[strategy],
-                _percent(m.total_return),
-                _percent(m.annualised_return),
-                _percent(m.annualised_volatility),
-                _ratio(m.sharpe),
-                _ratio(m.sortino),
-                _percent(-m.max_drawdown) if m.max_drawdown > 0 else "0.0%",
-                str(m.max_drawdown_days),
-                *([_ratio(m.calmar)] if days >= CALMAR_MIN_DAYS else []),
-                f"{m.turnover:.1f}x" if known else "n/a",
-                f"{100 * m.costs:.2f}%" if known else "n/a",
+                *(
+                    "n/a" if metric.traded and not known else metric.format(getattr(figures, metric.name))
+                    for metric in shown
+                ),
             ]
         )
     return Table(header, rows)

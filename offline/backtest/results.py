@@ -15,6 +15,7 @@ from offline.backtest.plan import Fold
 from offline.holdout import INDEX, score_traders
 from offline.overfitting import diagnose
 from offline.procedures import TRADERS, traders
+from offline.risk import METRICS
 from persistence import checkpoint, jsonl
 from persistence.generation_contents import read_state
 from training.runs import train_to_end
@@ -26,7 +27,8 @@ baselines."""
 SCORED = ("champion", "untrained", "equal_weight", "buy_and_hold", "cash")
 """The strategies every fold result holds (the other procedures from this version on, the index only where the
 data has one)."""
-METRICS = ("total_return", "sharpe", "max_drawdown", "turnover", "costs")
+REQUIRED = ("total_return", "sharpe", "max_drawdown", "turnover", "costs")
+"""The figures every fold result holds (results of this version hold every one of ``offline.risk.METRICS``)."""
 
 
 def result_path(folder: Path, fold: Fold) -> Path:
@@ -118,10 +120,12 @@ def result_problem(result: Any, fold: Fold) -> str | None:
     if not isinstance(metrics, dict) or not set(SCORED) <= metrics.keys() <= set(STRATEGIES):
         return f"metrics must hold the figures of {', '.join(SCORED)} (and {INDEX} where the data has it)"
     for strategy, figures in metrics.items():
-        if not isinstance(figures, dict) or not all(
-            key in figures and (figures[key] is None or _is_number(figures[key])) for key in METRICS
+        if (
+            not isinstance(figures, dict)
+            or not all(key in figures and (figures[key] is None or _is_number(figures[key])) for key in REQUIRED)
+            or not all(figures[key] is None or _is_number(figures[key]) for key in figures)
         ):
-            return f"metrics.{strategy} must hold {', '.join(METRICS)}, each a number or null"
+            return f"metrics.{strategy} must hold {', '.join(REQUIRED)}, each a number or null"
     test_dates = result.get("test_dates")
     if not isinstance(test_dates, list) or not test_dates or not all(_is_day(d, fold.year) for d in test_dates):
         return f"test_dates must list the days of {fold.year}"
@@ -230,7 +234,9 @@ def run_fold(
         "pbo": overfitting["pbo"],
         "diagnostics": overfitting,
         "metrics": {
-            s: {k: _finite(getattr(m, k)) for k in METRICS} for s, m in test.metrics.items() if s in STRATEGIES
+            s: {metric.name: _finite(getattr(m, metric.name)) for metric in METRICS}
+            for s, m in test.metrics.items()
+            if s in STRATEGIES
         },
         "daily": {s: [float(x) for x in t.log_returns] for s, t in test.traces.items() if s in STRATEGIES},
         "test_dates": test.dates,

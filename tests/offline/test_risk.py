@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from offline.risk import TRADING_DAYS, RiskMetrics, drawdown_curve, equity_curve, risk_metrics
+from offline.risk import METRIC, METRICS, TRADING_DAYS, RiskMetrics, drawdown_curve, equity_curve, risk_metrics
 
 # Five days of simple returns +10%, -20%, +5%, +25%, -10%:
 #   equity    1 -> 1.1 -> 0.88 -> 0.924 -> 1.155 -> 1.0395
@@ -177,3 +177,26 @@ def test_sharpe_and_sortino_are_measured_over_what_cash_earned():
     assert over_cash.annualised_volatility == plain.annualised_volatility
     assert over_cash.total_return == plain.total_return and over_cash.max_drawdown == plain.max_drawdown
     assert risk_metrics(r, risk_free=np.zeros(300)).sharpe == plain.sharpe  # a zero rate is the old figure
+
+
+def test_one_list_of_metrics_covers_every_figure_and_every_report_reads_it():
+    """``METRICS`` is the one list: every figure of ``RiskMetrics`` but the sample's length is in it, and the evaluate
+    table, ``evaluation.csv``, the tear sheet and the backtest's fold results take their columns from it."""
+    import dataclasses
+
+    from offline import evaluate, tearsheet
+    from offline.backtest import results
+    from tests.offline.tearsheet_builders import evaluation_sheet
+
+    fields = {f.name for f in dataclasses.fields(RiskMetrics)} - {"days", "under_a_year"}
+    assert [m.name for m in METRICS] == [f.name for f in dataclasses.fields(RiskMetrics) if f.name in fields]
+    assert all(len(m.short) <= 10 for m in METRICS)  # an 11-wide column with a space before it
+    assert ("days", *(m.name for m in METRICS), "under_a_year") == evaluate.METRIC_COLUMNS
+    sheet = evaluation_sheet(holdout=300, validation=300)
+    header = tearsheet.summary_table(sheet.parts[0], sheet.labels).header
+    assert header[1:] == [f"{m.label} (annualised)" if m.annualised else m.label for m in METRICS]
+    assert set(results.REQUIRED) <= {m.name for m in METRICS}
+    figures = risk_metrics([0.01, -0.02, 0.005], turnover=[0.1, 0.0, 0.2], costs=[0.001, 0.0, 0.002])
+    cells = {m.name: m.format(getattr(figures, m.name)) for m in METRICS}
+    assert cells["max_drawdown"].startswith("-") and cells["turnover"].endswith("x") and cells["calmar"] == "n/a"
+    assert METRIC["sharpe"].format(float("inf")) == "n/a" and METRIC["max_drawdown"].format(0.0) == "0.0%"
