@@ -158,6 +158,11 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:+.2f}"
 
 
+def _fixed(value: float | None, digits: int = 2) -> str:
+    """A figure that is not a ratio to equal weight or a share (a spread, a probability, a multiple), to ``digits``."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
 def _number(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "n/a" if value is None else ("yes" if value else "no")
@@ -895,8 +900,8 @@ def _fold_rows(summary: Mapping[str, Any], labels: Mapping[str, str]) -> Table:
                 f"generation {fold['crowned']}" if fold.get("crowned") else "no",
                 *(_ratio(sharpe.get(s)) for s in strategies),
                 _ratio(fold.get("sharpe_difference")),
-                _number(fold.get("deflated_sharpe")),
-                _number(fold.get("pbo")),
+                _fixed(fold.get("deflated_sharpe")),
+                _fixed(fold.get("pbo")),
             ]
         )
     return Table(header, rows, "Each test year and seed (summary.json: folds)")
@@ -912,14 +917,14 @@ def backtest_verdict(summary: Mapping[str, Any], labels: Mapping[str, str]) -> V
     )
     figures = [
         ["Sharpe difference to equal weight, mean", _ratio(summary.get("sharpe_difference_mean"))],
-        ["Sharpe difference, spread (stdev)", _number(summary.get("sharpe_difference_std"))],
+        ["Sharpe difference, spread (stdev)", _fixed(summary.get("sharpe_difference_std"))],
         ["Sharpe difference, worst fold", _ratio(summary.get("sharpe_difference_min"))],
         ["folds won", _percent(summary.get("won"), 0).lstrip("+")],
         ["folds tied", _percent(summary.get("tied"), 0).lstrip("+")],
         ["folds where an agent was crowned", _percent(summary.get("crowned"), 0).lstrip("+")],
-        ["mean deflated Sharpe ratio", _number(summary.get("deflated_sharpe_mean"))],
-        ["mean PBO", _number(summary.get("pbo_mean"))],
-        ["turnover over equal weight's", _number(summary.get("turnover_ratio"))],
+        ["mean deflated Sharpe ratio", _fixed(summary.get("deflated_sharpe_mean"))],
+        ["mean PBO", _fixed(summary.get("pbo_mean"))],
+        ["turnover over equal weight's", _fixed(summary.get("turnover_ratio"))],
     ]
     tables = [
         Table(["figure", "value"], figures, "Over every fold and seed (summary.json)"),
