@@ -4,6 +4,8 @@
   docstring (the string literal under it), which ``field_docs`` reads so the command line lists every key with its
   meaning;
 * ``config.presets``: ``smoke``, ``default`` and ``paper``, and the dates any default was chosen on;
+* ``config.parsing``: text and JSON values to a field's type, and the field docstrings;
+* ``config.conventions``: how a run trades, in the words its reports use;
 * ``config.upgrades``: config documents of earlier versions (renamed sections, retired keys, keys added since);
 * ``config.assignments``: ``--set key=value``, the flags that set a key, and ``override``.
 """
@@ -17,6 +19,7 @@ from config.assignments import (
     override,
     parse_assignments,
 )
+from config.conventions import conventions, describe_conventions
 from config.presets import DEFAULTS_CHOSEN_ON, PRESETS, preset
 from config.sections import (
     ActorObjective,
@@ -39,8 +42,6 @@ from config.sections import (
     SelectionConfig,
     SelectionMethod,
     Universe,
-    conventions,
-    describe_conventions,
     field_docs,
 )
 from config.upgrades import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from config.sections import Config, coerce, construct, field_types, section_types
+from config.parsing import coerce, construct, field_types
+from config.sections import Config, section_types
 from config.upgrades import refuse_renamed, refuse_retired
 from utils.errors import ConfigError, InputError
 

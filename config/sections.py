@@ -4,10 +4,7 @@ they are made (``__post_init__``) and converted to a field's type from a string 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import itertools
 import json
 import math
 import re
@@ -15,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from config.parsing import coerce, construct, field_docstrings, field_types
 from config.upgrades import RETIRED_KEYS, with_current_names, with_earlier_defaults
 from utils.errors import ConfigError
 
@@ -446,60 +444,12 @@ class Config:
         return cls(**sections)
 
 
-def conventions(config: Config) -> dict[str, Any]:
-    """How a run trades and what it sees, the settings its figures rest on, as its reports state them."""
-    data, env = config.data, config.env
-    return {
-        "execution_delay": env.execution_delay,
-        "universe": data.universe,
-        "features": list(data.features) or ["builtin"],
-        "cash": data.risk_free or env.cash_rate,
-        "benchmark": data.benchmark or ("bundled" if not data.path else None),
-        "delisting_return": data.delisting_return,
-        "book": describe_book(env),
-    }
-
-
-def describe_book(env: EnvConfig) -> str:
-    """The book a run trades, its limits, holding costs, cadence and size, in a few words (``environment.book``)."""
-    cadence = "daily" if env.rebalance_every == 1 else f"every {env.rebalance_every} trading days"
-    size = f"trades sized at {env.capital:,.0f} against a volume column where the file has one"
-    if env.book == "long_only":
-        cap = "" if env.weight_cap >= 1.0 else f", at most {env.weight_cap:g} an asset"
-        return f"long-only{cap}, rebalanced {cadence}, {size}"
-    low, high = env.net_exposure
-    return (
-        f"long-short: gross <= {env.gross_leverage:g}, net in [{low:g}, {high:g}], at most {env.weight_cap:g} "
-        f"an asset, borrow {env.borrow_rate * 100:g}%/y, leverage pays cash + {env.financing_spread * 100:g}%/y, "
-        f"rebalanced {cadence}, {size}"
-    )
-
-
-def describe_conventions(values: dict[str, Any]) -> str:
-    """``conventions`` in one line."""
-    delay = values["execution_delay"]
-    fills = (
-        "fills at the close it observed (execution_delay 0: optimistic)"
-        if delay == 0
-        else f"fills {delay} trading day{'s' if delay > 1 else ''} after the decision"
-    )
-    cash = values["cash"]
-    earns = f"cash earns {cash * 100:g}%/y" if isinstance(cash, (int, float)) else f"cash earns {cash}"
-    features = ",".join(values["features"])
-    line = f"{fills} | universe {values['universe']} | features {features} | {earns}"
-    if values["universe"] == "point_in_time" and "delisting_return" in values:  # recorded since it existed
-        line += f" | a delisting pays {values['delisting_return'] * 100:g}% where the file gives no return"
-    if "book" in values:  # recorded since it existed
-        line += f" | {values['book']}"
-    return line
-
-
 def field_docs() -> dict[str, str]:
     """Every dotted key with its one-line docstring, for ``--help``."""
     docs = {}
     for section in dataclasses.fields(Config):
         section_cls = section_types()[section.name]
-        for name, doc in _docstrings(section_cls).items():
+        for name, doc in field_docstrings(section_cls).items():
             docs[f"{section.name}.{name}"] = doc
     return docs
 
@@ -521,95 +471,3 @@ def _is_iso_date(value: str) -> bool:
 
 def section_types() -> dict[str, type]:
     return {name: hint for name, hint in typing.get_type_hints(Config).items()}
-
-
-def field_types(section_cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(section_cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
-
-
-def construct(section_cls: type, kwargs: dict[str, Any]) -> Any:
-    try:
-        return section_cls(**kwargs)
-    except TypeError as error:  # a missing or unexpected argument: report it as a config problem
-        raise ConfigError(f"config section {section_cls.__name__}: {error}") from None
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) is Literal:
-        return "one of " + "|".join(str(a) for a in typing.get_args(hint))
-    if typing.get_origin(hint) is tuple:
-        item = typing.get_args(hint)[0]
-        return f"comma-separated list of {getattr(item, '__name__', item)}"
-    return getattr(hint, "__name__", str(hint))
-
-
-def coerce(key: str, hint: Any, value: Any) -> Any:
-    """Convert ``value`` (a string from the command line, or a JSON value) to the field's type."""
-    expected = _type_name(hint)
-    origin = typing.get_origin(hint)
-    try:
-        if origin is Literal:
-            if value not in typing.get_args(hint):
-                raise ValueError
-            return value
-        if origin is tuple and typing.get_args(hint)[0] is float:
-            items = value.strip("[] ").split(",") if isinstance(value, str) else value
-            if not isinstance(items, (list, tuple)) or any(isinstance(v, bool) for v in items):
-                raise ValueError
-            numbers = tuple(float(v) for v in items)
-            if not all(math.isfinite(v) for v in numbers):
-                raise ValueError
-            return numbers
-        if origin is tuple:
-            if isinstance(value, str):
-                return tuple(item.strip() for item in value.split(",") if item.strip())
-            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-                return tuple(value)
-            raise ValueError
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-                return value.lower() in ("true", "1", "yes")
-            raise ValueError
-        if hint is int:
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, int):
-                return value
-            if isinstance(value, str):
-                return int(value.replace("_", ""))
-            raise ValueError
-        if hint is float:
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value) if isinstance(value, (int, float, str)) else math.nan
-            if not math.isfinite(number):
-                raise ValueError
-            return number
-        if hint is str:
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-    except ValueError:
-        pass
-    raise ConfigError(f"config key {key} expects {expected}, got {value!r}")
-
-
-def _docstrings(cls: type) -> dict[str, str]:
-    """Field docstrings: the string literal right after each annotated assignment in the class body."""
-    source = inspect.getsource(cls)
-    tree = ast.parse(source)
-    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for node, following in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = following.value.value.strip()
-    return docs
