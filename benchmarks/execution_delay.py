@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.learning import SMALL_MARKET, rule_log_returns, run_one, small_config
-from environment.data import PriceTable
 from environment.features import WARMUP_DAYS, build_market
 from environment.market import TRADING_DAYS
+from environment.prices import PriceTable
 from environment.synthetic import make_market
 
 KINDS = ("random_walk", "reversal", "leaders")

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from environment.data import PriceTable
 from environment.market import TRADING_DAYS, Market, Splits
+from environment.prices import PriceTable
 from utils.errors import DataError
 
 _RETURN_HORIZONS = (1, 5, 21)

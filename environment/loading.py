@@ -10,9 +10,9 @@ import pandas as pd
 import torch
 
 from config import Config
-from environment.data import BUNDLED_BENCHMARK_LABEL, PriceTable, load_prices, load_series
 from environment.features import build_market, user_columns
 from environment.market import Market
+from environment.prices import BUNDLED_BENCHMARK_LABEL, PriceTable, load_prices, load_series
 from utils.errors import DataError
 
 SERIES_FILE_ENDINGS = (".csv", ".csv.gz", ".parquet", ".pq")

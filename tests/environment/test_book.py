@@ -13,10 +13,10 @@ import torch
 
 from config import EnvConfig, override, preset
 from environment.book import LONG_ONLY, Book
-from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market
 from environment.gym_env import PortfolioEnv
 from environment.kernel import Fill, cash_weights, equal_weights, trade, with_cash
+from environment.prices import load_prices
 from environment.vector_env import VectorPortfolioEnv
 from models.networks import Actor
 from tests.synthetic import make_market

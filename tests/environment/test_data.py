@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from environment.data import BUNDLED_PRICES, PriceTable, load_prices, load_series
+from environment.prices import BUNDLED_PRICES, PriceTable, load_prices, load_series
 from utils.errors import DataError
 
 TICKERS = ("AAA", "BBB", "CCC")

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 import torch
 
-from environment.data import PriceTable, load_prices
 from environment.features import (
     BUILT_IN_FEATURES,
     FEATURE_CLIP,
@@ -17,6 +16,7 @@ from environment.features import (
     build_market,
     raw_features,
 )
+from environment.prices import PriceTable, load_prices
 from utils.errors import DataError
 
 SETTINGS = {"lookback": 10, "episode_days": 20, "validation_days": 50, "holdout_days": 50}

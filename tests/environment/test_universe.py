@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from environment.data import PriceTable
 from environment.features import FEATURE_NAMES, TRADABLE, WARMUP_DAYS, build_market, raw_features
+from environment.prices import PriceTable
 from persistence.provenance import market_fingerprint
 from utils.errors import DataError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from environment.data import BUNDLED_BENCHMARK_LABEL
+from environment.prices import BUNDLED_BENCHMARK_LABEL
 from offline import tearsheet
 from offline.backtest.report import summarise
 from offline.evaluate import LABELS

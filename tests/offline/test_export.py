@@ -16,9 +16,9 @@ import torch
 import main
 from config import Config
 from environment import loading as setup
-from environment.data import load_prices
 from environment.features import WARMUP_DAYS, build_market, raw_features
 from environment.observation import Observation, WindowGatherer
+from environment.prices import load_prices
 from models.networks import Actor
 from offline import bundle, export
 from persistence import checkpoint

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import main
-from environment.data import load_prices
+from environment.prices import load_prices
 
 pytestmark = pytest.mark.slow
 
