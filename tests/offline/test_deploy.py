@@ -4,6 +4,7 @@ project's orders, and an exported ensemble evaluates as the run does."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -19,6 +20,7 @@ from offline.procedures import Ensemble, ranking, validation_scores
 from offline.stored import locate, read_generation
 from persistence import checkpoint
 from tests.offline.test_export import readme_namespace
+from tests.offline.test_trade import _long_frame
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +28,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", params=["best_on_validation", "ensemble"])
 def deployed_run(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
-    argv = ["--preset", "smoke", "--checkpoint-uri", str(root), "--run-name", "r", "--no-progress", "--seed", "4"]
+    _long_frame().to_csv(root / "prices.csv", index=False)
+    argv = ["--preset", "smoke", "--data", str(root / "prices.csv"), "--checkpoint-uri", str(root), "--run-name", "r"]
+    argv += ["--no-progress", "--seed", "4"]
     settings = ["--set", f"selection.deploy={request.param}", "--set", "backtest.ensemble_size=3"]
     assert main.main([*argv, *settings, "--device", "cpu", "--generations", "2"]) == 0
     assert main.main(["export", str(root / "r"), str(root / "export")]) == 0
@@ -80,3 +84,36 @@ def test_the_run_and_its_export_evaluate_the_same_procedure(deployed_run):
     for name in ("validation", "holdout"):
         ours, theirs = (np.array(r["ranges"][name]["metrics"]["champion"]["total_return"]) for r in (run, export))
         assert ours == pytest.approx(theirs, abs=1e-6)
+
+
+def test_trade_sends_the_deployed_procedures_order_as_evaluate_recorded_it(deployed_run, capsys, tmp_path):
+    """No look-ahead for the deployed procedure either: the file cut after a holdout day gives evaluate's order."""
+    _, root = deployed_run
+    document = json.loads((root / "report-run" / "evaluation.json").read_text())
+    start = document["ranges"]["holdout"]["episode_starts"][0]
+    with (root / "report-run" / "weights.csv").open() as f:
+        weights = {row["date"]: row for row in csv.DictReader(f)}
+    t = sorted(date for date in weights if date >= start)[5]
+    frame = _long_frame()
+    frame[frame["date"] <= t].to_csv(tmp_path / "cut.csv", index=False)
+    capsys.readouterr()
+    status = main.main(
+        [
+            "trade",
+            str(root / "r"),
+            "--data",
+            str(tmp_path / "cut.csv"),
+            "--since",
+            start,
+            "--json",
+            "--out",
+            str(tmp_path / "orders"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    orders = json.loads(out.strip().splitlines()[-1])
+    assert orders["decided"] == t
+    assert {row["ticker"]: row["target_weight"] for row in orders["orders"]} == {
+        name: float(weights[t][name]) for name in weights[t] if name != "date"
+    }
