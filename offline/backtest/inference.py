@@ -345,18 +345,31 @@ def pooled_test(
             verdict += " by the normal approximation (the bootstrap, which allows for the series' tails, does not yet)"
     rho = lag_one_autocorrelation(pooled.excess)
     figures["autocorrelation"] = rho
-    figures["size_at_autocorrelation"] = size = measured_size(rho) if alpha == MEASURED_AT else None
-    if size is not None and size > MEASURED_AT + 0.005:
-        verdict += (
-            f" (the daily excess's lag-one autocorrelation is {rho:.2f}; on AR(1) series with no edge and that "
-            f"autocorrelation the test rejected at {alpha * 100:g}% in {size:.1%} of series, not {alpha:.0%})"
-        )
-    elif size is None and alpha == MEASURED_AT and rho > MEASURED_SIZE[-1][0]:
-        verdict += (
-            f" (the daily excess's lag-one autocorrelation is {rho:.2f}, beyond the {MEASURED_SIZE[-1][0]} up to "
-            "which the test's size was measured: it may reject more often than its level)"
-        )
+    figures["size_at_autocorrelation"] = measured_size(rho) if alpha == MEASURED_AT else None
+    if outcome == "proven":
+        verdict += size_caveat(rho, test.p_value, alpha)
     return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+
+
+def size_caveat(autocorrelation: float, p_value: float, alpha: float) -> str:
+    """What a proof at ``p_value`` is worth where the test's measured size at this autocorrelation exceeds its level:
+    a caveat when the p-value is above the level that would hold the measured size at ``alpha`` (to first order,
+    ``alpha * alpha / size``), or when the size was not measured this far; else nothing."""
+    if alpha != MEASURED_AT:
+        return ""
+    size = measured_size(autocorrelation)
+    if size is None:
+        return (
+            f" (the daily excess's lag-one autocorrelation is {autocorrelation:.2f}, beyond the "
+            f"{MEASURED_SIZE[-1][0]} up to which the test's size was measured: it may reject more often than its level)"
+        )
+    if size > alpha and p_value > alpha * alpha / size:
+        return (
+            f" (the daily excess's lag-one autocorrelation is {autocorrelation:.2f}: on AR(1) series with no edge and "
+            f"that autocorrelation the test rejected at {alpha * 100:g}% in {size:.1%} of series, not {alpha:.0%}; "
+            f"p {p_value:.4f} is above the {alpha * alpha / size:.4f} that would hold {alpha:.0%})"
+        )
+    return ""
 
 
 MEASURED_AT = 0.05
@@ -490,14 +503,7 @@ def family_verdict(
         f"deploy the {TRADER_NAMES.get(deploy, deploy)} (selection.deploy={deploy}): proven at the {alpha * 100:g}% "
         f"family-wise level over {len(traders)} traders: {named}; it has the strongest adjusted evidence"
     )
-    rho = lag_one_autocorrelation(pooled[deploy].excess)
-    size = measured_size(rho)
-    if alpha == MEASURED_AT and (size is None or size > MEASURED_AT + 0.005):
-        verdict += (
-            f" (its daily excess's lag-one autocorrelation is {rho:.2f}, where the bootstrap rejects a true null more "
-            f"often than {alpha:.0%}: "
-            + ("beyond what was measured)" if size is None else f"{size:.1%} of AR(1) series at that autocorrelation)")
-        )
+    verdict += size_caveat(lag_one_autocorrelation(pooled[deploy].excess), figures["adjusted_p"][deploy], alpha)
     return {**figures, "verdict": verdict}
 
 

@@ -114,7 +114,7 @@ def _mean(values: list[float | None]) -> float | None:
 def _members(results: list[dict[str, Any]], trader: str) -> str:
     """How many agents the procedure traded with, in words."""
     if trader == "champion":
-        return "the gate's champion (equal weight where none was crowned)"
+        return "gated: equal weight where no agent was crowned"
     sizes = sorted({len(r.get("members", {}).get(trader, [])) for r in results} - {0})
     agents = "/".join(str(k) for k in sizes) or "?"
     return f"{agents} agent{'s' if sizes != [1] else ''} with the best validation return"
