@@ -201,90 +201,19 @@ def build_market(
         DataError: the table has too few rows for one training episode plus validation and holdout, or a feature
             is neither built in nor a column of the table, or a column has no value on the training days.
     """
-    for name, value in (
-        ("lookback", lookback),
-        ("episode_days", episode_days),
-        ("validation_days", validation_days),
-        ("holdout_days", holdout_days),
-    ):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if gap_days < 0 or execution_delay < 0:
-        raise ValueError(f"gap_days and execution_delay must be >= 0, got {gap_days} and {execution_delay}")
-    # The first training decision needs `lookback` days of features (day lookback - 1) and an episode
-    # earns `episode_days` returns from `execution_delay` days after it, all inside train.
-    gaps = 2 * gap_days if gap_before_validation else gap_days
-    needed = WARMUP_DAYS + lookback + episode_days + execution_delay + validation_days + gaps + holdout_days
-    if table.num_days < needed:
-        span = f" ({_iso(table.dates[0])} to {_iso(table.dates[-1])})" if table.num_days else ""
-        gap = f" + data.gap_days {gap_days}{' x 2' if gap_before_validation else ''}" if gap_days else ""
-        delay = f" + env.execution_delay {execution_delay}" if execution_delay else ""
-        raise DataError(
-            f"the price data has {table.num_days} rows{span} but needs at least {needed}: "
-            f"{WARMUP_DAYS} feature warm-up + env.lookback {lookback} + env.episode_days {episode_days}{delay} "
-            f"+ data.validation_days {validation_days}{gap} + data.holdout_days {holdout_days}; "
-            "use more data (an earlier data.start) or smaller settings"
-        )
-
-    num_days = table.num_days - WARMUP_DAYS
-    holdout_start = num_days - holdout_days
-    validation_start = holdout_start - gap_days - validation_days
-    train_stop = validation_start - (gap_days if gap_before_validation else 0)
-    splits = Splits(
-        train=range(0, train_stop),
-        validation=range(validation_start, validation_start + validation_days),
-        holdout=range(holdout_start, num_days),
-        gap=range(validation_start + validation_days, holdout_start),
-        embargo=range(train_stop, validation_start),
+    splits = _splits(
+        table,
+        lookback=lookback,
+        episode_days=episode_days,
+        validation_days=validation_days,
+        holdout_days=holdout_days,
+        gap_days=gap_days,
+        gap_before_validation=gap_before_validation,
+        execution_delay=execution_delay,
     )
-
-    names = feature_names(features)
-    all_tradable = bool(table.tradable.all())
-    raw = _raw_values(table, names)[WARMUP_DAYS:]  # (T, N, K), NaN where missing
-    if not all_tradable:
-        raw[~table.tradable[WARMUP_DAYS:]] = np.nan  # a day without a price has no feature
-    fitted = train_stop if statistics_rows is None else statistics_rows  # the rows the networks' inputs are fitted on
-    train = raw[:fitted]
-    num_assets = raw.shape[1]
-    missing = np.isnan(train).any()
-    if missing:
-        for k in np.flatnonzero(np.isnan(train).all(axis=(0, 1))):
-            raise DataError(
-                f"data.features: {names[k]} has no value on the training days ({_iso(table.dates[WARMUP_DAYS])} to "
-                f"{_iso(table.dates[WARMUP_DAYS + fitted - 1])}), so it cannot be normalised; drop it or use "
-                "data from when it has values"
-            )
-    # One mean and spread per feature over all assets' training days, repeated per asset: (N, K).
-    average, spread = (np.nanmean, np.nanstd) if missing else (np.mean, np.std)
-    mean = np.broadcast_to(average(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
-    std = np.broadcast_to(spread(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
-    std = np.where(std > _MIN_STD, std, 1.0)  # a constant feature becomes 0, not NaN
-    values = np.clip((raw - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
-    if np.isnan(values).any():
-        values = np.nan_to_num(values, nan=0.0)  # missing is neutral: the training mean
-    if not np.isfinite(values).all():
-        raise RuntimeError("non-finite features from finite values")
-    definitions = [_definition(name) for name in names]
-
-    tradable = None if all_tradable else table.tradable[WARMUP_DAYS:]  # (T, N): the days each asset can trade
-    # Whether the networks see a ``tradable`` input is decided on the training days alone, as everything they see is:
-    # a market whose only missing prices come after them trains no input it would first meet out of sample.
-    if tradable is not None and not tradable[:fitted].all():
-        values = np.concatenate([values, tradable[..., None].astype(np.float32)], axis=-1)
-        mean = np.concatenate([mean, np.zeros((num_assets, 1))], axis=1)
-        std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)
-        names, definitions = (*names, TRADABLE), [*definitions, TRADABLE_DEFINITION]
-
-    # A day without a price earns nothing and the day trading resumes earns the move from the last price; the first
-    # day after a ticker's last price pays its delisting return to whoever holds it then.
-    levels = pd.DataFrame(table.prices).ffill().to_numpy()  # (rows, N): the last price carried through every gap
-    relatives = _relatives(levels)  # (T, N)
-    last_day = _last_days(table.tradable)  # (N,) each ticker's last quoted row of the table
-    delisted = np.flatnonzero((last_day < table.num_days - 1) & (last_day + 1 >= WARMUP_DAYS))
-    if len(delisted):
-        given = table.delisting_returns
-        paid = [delisting_return if given is None or np.isnan(given[j]) else given[j] for j in delisted]
-        relatives[last_day[delisted] + 1 - WARMUP_DAYS, delisted] = (1.0 + np.asarray(paid)).astype(np.float32)
+    fitted = splits.train.stop if statistics_rows is None else statistics_rows  # the rows the inputs are fitted on
+    values, mean, std, names, definitions, tradable = _inputs(table, feature_names(features), fitted)
+    relatives, levels, last_day = _daily_relatives(table, delisting_return)
     benchmark = None if table.benchmark is None else _relatives(table.benchmark)  # (T,)
     cash = _cash_relatives(table.num_days, cash_rate, risk_free)
     impact = capacity = None
@@ -319,6 +248,117 @@ def build_market(
             *universe_notes(table.tradable[WARMUP_DAYS:], table.dates[WARMUP_DAYS:], table.tickers),
         ),
     )
+
+
+def _splits(
+    table: PriceTable,
+    *,
+    lookback: int,
+    episode_days: int,
+    validation_days: int,
+    holdout_days: int,
+    gap_days: int,
+    gap_before_validation: bool,
+    execution_delay: int,
+) -> Splits:
+    """The ranges of the rows after the warm-up (``build_market``'s docstring), once the table is checked to hold
+    them."""
+    for name, value in (
+        ("lookback", lookback),
+        ("episode_days", episode_days),
+        ("validation_days", validation_days),
+        ("holdout_days", holdout_days),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if gap_days < 0 or execution_delay < 0:
+        raise ValueError(f"gap_days and execution_delay must be >= 0, got {gap_days} and {execution_delay}")
+    # The first training decision needs `lookback` days of features (day lookback - 1) and an episode
+    # earns `episode_days` returns from `execution_delay` days after it, all inside train.
+    gaps = 2 * gap_days if gap_before_validation else gap_days
+    needed = WARMUP_DAYS + lookback + episode_days + execution_delay + validation_days + gaps + holdout_days
+    if table.num_days < needed:
+        span = f" ({_iso(table.dates[0])} to {_iso(table.dates[-1])})" if table.num_days else ""
+        gap = f" + data.gap_days {gap_days}{' x 2' if gap_before_validation else ''}" if gap_days else ""
+        delay = f" + env.execution_delay {execution_delay}" if execution_delay else ""
+        raise DataError(
+            f"the price data has {table.num_days} rows{span} but needs at least {needed}: "
+            f"{WARMUP_DAYS} feature warm-up + env.lookback {lookback} + env.episode_days {episode_days}{delay} "
+            f"+ data.validation_days {validation_days}{gap} + data.holdout_days {holdout_days}; "
+            "use more data (an earlier data.start) or smaller settings"
+        )
+
+    num_days = table.num_days - WARMUP_DAYS
+    holdout_start = num_days - holdout_days
+    validation_start = holdout_start - gap_days - validation_days
+    train_stop = validation_start - (gap_days if gap_before_validation else 0)
+    return Splits(
+        train=range(0, train_stop),
+        validation=range(validation_start, validation_start + validation_days),
+        holdout=range(holdout_start, num_days),
+        gap=range(validation_start + validation_days, holdout_start),
+        embargo=range(train_stop, validation_start),
+    )
+
+
+def _inputs(
+    table: PriceTable, names: Sequence[str], fitted: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...], list[str], np.ndarray | None]:
+    """What the networks see, from the rows after the warm-up: the features normalised by the statistics of the first
+    ``fitted`` rows (T, N, K) with their mean and spread (N, K), names and definitions (a ``tradable`` input added
+    where an asset lacks a price on a training day), and the days each asset trades (T, N; None: every day)."""
+    names = tuple(names)
+    all_tradable = bool(table.tradable.all())
+    raw = _raw_values(table, names)[WARMUP_DAYS:]  # (T, N, K), NaN where missing
+    if not all_tradable:
+        raw[~table.tradable[WARMUP_DAYS:]] = np.nan  # a day without a price has no feature
+    train = raw[:fitted]
+    num_assets = raw.shape[1]
+    missing = np.isnan(train).any()
+    if missing:
+        for k in np.flatnonzero(np.isnan(train).all(axis=(0, 1))):
+            raise DataError(
+                f"data.features: {names[k]} has no value on the training days ({_iso(table.dates[WARMUP_DAYS])} to "
+                f"{_iso(table.dates[WARMUP_DAYS + fitted - 1])}), so it cannot be normalised; drop it or use "
+                "data from when it has values"
+            )
+    # One mean and spread per feature over all assets' training days, repeated per asset: (N, K).
+    average, spread = (np.nanmean, np.nanstd) if missing else (np.mean, np.std)
+    mean = np.broadcast_to(average(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
+    std = np.broadcast_to(spread(train, axis=(0, 1)), (num_assets, train.shape[2])).copy()
+    std = np.where(std > _MIN_STD, std, 1.0)  # a constant feature becomes 0, not NaN
+    values = np.clip((raw - mean) / std, -FEATURE_CLIP, FEATURE_CLIP).astype(np.float32)
+    if np.isnan(values).any():
+        values = np.nan_to_num(values, nan=0.0)  # missing is neutral: the training mean
+    if not np.isfinite(values).all():
+        raise RuntimeError("non-finite features from finite values")
+    definitions = [_definition(name) for name in names]
+
+    tradable = None if all_tradable else table.tradable[WARMUP_DAYS:]  # (T, N): the days each asset can trade
+    # Whether the networks see a ``tradable`` input is decided on the training days alone, as everything they see is:
+    # a market whose only missing prices come after them trains no input it would first meet out of sample.
+    if tradable is not None and not tradable[:fitted].all():
+        values = np.concatenate([values, tradable[..., None].astype(np.float32)], axis=-1)
+        mean = np.concatenate([mean, np.zeros((num_assets, 1))], axis=1)
+        std = np.concatenate([std, np.ones((num_assets, 1))], axis=1)
+        names, definitions = (*names, TRADABLE), [*definitions, TRADABLE_DEFINITION]
+    return values, mean, std, names, definitions, tradable
+
+
+def _daily_relatives(table: PriceTable, delisting_return: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each asset's daily price relatives after the warm-up (T, N), the price levels they come from (rows, N: the last
+    price carried through every gap) and each ticker's last quoted row (N,)."""
+    # A day without a price earns nothing and the day trading resumes earns the move from the last price; the first
+    # day after a ticker's last price pays its delisting return to whoever holds it then.
+    levels = pd.DataFrame(table.prices).ffill().to_numpy()  # (rows, N): the last price carried through every gap
+    relatives = _relatives(levels)  # (T, N)
+    last_day = _last_days(table.tradable)  # (N,) each ticker's last quoted row of the table
+    delisted = np.flatnonzero((last_day < table.num_days - 1) & (last_day + 1 >= WARMUP_DAYS))
+    if len(delisted):
+        given = table.delisting_returns
+        paid = [delisting_return if given is None or np.isnan(given[j]) else given[j] for j in delisted]
+        relatives[last_day[delisted] + 1 - WARMUP_DAYS, delisted] = (1.0 + np.asarray(paid)).astype(np.float32)
+    return relatives, levels, last_day
 
 
 SIZE_WINDOW = 20
