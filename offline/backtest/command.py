@@ -4,6 +4,7 @@ checked to be the same plan on the same data), every fold run (here one after an
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -170,28 +171,12 @@ def _integers(text: str, flag: str) -> list[int]:
 
 def main(argv: Sequence[str]) -> int:
     """``backtest``'s command line; returns the exit status (InputError propagates to ``main.py``)."""
-    from config import preset
-    from environment.loading import benchmark_label
-    from offline.evaluate import LABELS
-    from offline.holdout import INDEX
     from runtime.sharding import Ranks
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
 
     args = _parser().parse_args(list(argv))
-    seeds = _integers(args.seeds, "--seeds")
-    years = _integers(args.years, "--years") if args.years is not None else []
-    for flag, value in (("--jobs", args.jobs), ("--threads", args.threads)):
-        if value < 1:
-            raise InputError(f"{flag} must be >= 1, got {value}")
-    if args.checkpoint_uri.startswith("gs://"):
-        raise InputError("backtest writes to a local folder: give --checkpoint-uri a local path")
-    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
-        raise InputError(f"--name must be a plain folder name, got {args.name!r}")
-    settings = flag_settings(args)
-    config = override(preset(args.preset), settings)
-    folds = plan_folds(config, seeds=seeds, years=years, folds=args.folds)
-    folder = Path(args.checkpoint_uri) / args.name
+    config, folds, folder = _plan(args)
 
     with contextlib.ExitStack() as stack:
         # Under torchrun, one process of several: each trains its share of the folds (offline.backtest.spread).
@@ -269,25 +254,53 @@ def main(argv: Sequence[str]) -> int:
         results = {**opening.finished, **trained}
         if ranks.distributed:
             results = spread.gather_results(ranks, results)
-    if not ranks.is_leader:
-        return 0
-    # Results as they read back from their files, whichever process or run gave them: the same summary bytes.
+    if ranks.is_leader:
+        _report(folder, config, folds, results, as_json=args.json)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> tuple[Config, list[Fold], Path]:
+    """The flags checked, the config they give and its plan of folds, and the backtest's folder."""
+    from config import preset
+
+    seeds = _integers(args.seeds, "--seeds")
+    years = _integers(args.years, "--years") if args.years is not None else []
+    for flag, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+        if value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    if args.checkpoint_uri.startswith("gs://"):
+        raise InputError("backtest writes to a local folder: give --checkpoint-uri a local path")
+    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
+        raise InputError(f"--name must be a plain folder name, got {args.name!r}")
+    config = override(preset(args.preset), flag_settings(args))
+    folds = plan_folds(config, seeds=seeds, years=years, folds=args.folds)
+    return config, folds, Path(args.checkpoint_uri) / args.name
+
+
+def _report(
+    folder: Path, config: Config, folds: list[Fold], results: dict[str, dict[str, Any]], *, as_json: bool
+) -> None:
+    """The summary, its files and the tear sheet, from the results as they read back from their files (whichever
+    process or run gave them: the same summary bytes); printed as a table, or as JSON."""
+    from environment.loading import benchmark_label
+    from offline.evaluate import LABELS
+    from offline.holdout import INDEX
+
     ordered = [json.loads(json.dumps(results[fold.name], allow_nan=False)) for fold in folds]
     summary = summarise(
         ordered, trading=conventions(config), alpha=config.selection.alpha, min_edge=config.selection.min_edge
     )
     label = benchmark_label(config)
     written = write_outputs(folder, summary, ordered, benchmark=label)
-    # The tear sheet: the test years chained per seed, champion against the baselines, and the summary's figures.
+    # The tear sheet: the test years chained per seed, every procedure against the baselines, the summary's figures.
     labels, title = {**LABELS, INDEX: label or "index"}, f"Tear sheet: walk-forward backtest {folder}"
     sheet = tearsheet.backtest_sheet(summary, ordered, labels=labels, title=title)
     written.append(tearsheet.write_page(folder / tearsheet.PAGE, sheet))
-    if args.json:
+    if as_json:
         print(json.dumps(summary, allow_nan=False))
     else:
         summary_table = table(summary, benchmark=label)
         print(f"backtest {folder}: {len(folds)} folds\n\n{summary_table}\n\nreport: {folder} ({', '.join(written)})")
-    return 0
 
 
 def _run_here(
