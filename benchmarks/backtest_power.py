@@ -11,14 +11,14 @@ this process (``offline.backtest.command.main``) with the default preset, ``benc
 settings, ``--generations``, ``--folds`` test years (the last ones) and ``--run-seeds``; the pooled test is read from
 its ``summary.json``. A finished backtest is read back (its folds are not trained again), an unfinished one continues.
 
-* **size**: random-walk markets (``--size-seeds``): no strategy beats equal weight but by luck, so the share of
+* **size**: random-walk markets (``--size-seeds``): no strategy beats equal weight but by luck, so the fraction of
   backtests whose pooled test rejects at ``selection.alpha`` (5%) is the test's size, with an exact 95% interval;
 * **power**: persistent leaders at ``--strength`` (0.0025: half the default strength, the "leaders x0.5" market of
   ``benchmarks/selection_study.py``, whose ``--scale 0.5`` multiplies the default 0.005) over ``--power-seeds``: the
-  share of backtests that reject;
+  fraction of backtests that reject;
 * per procedure (``offline.procedures``: the gated champion, the best agent on validation, the ensemble), each with
   its pooled test, and the family (the stepdown max-t over the three): how often it proves any, each, and which it
-  deploys; beside them the single-run gate on the same folds (the share of folds that crowned an agent);
+  deploys; beside them the single-run gate on the same folds (the fraction of folds that crowned an agent);
 * **family** (``--parts family``): the family test alone on ``--null-series`` triples of correlated null series of
   1500 days: its family-wise size;
 * ``--ensemble-sizes`` (e.g. ``1,2,3,5,8``): the same folds traded by the ensemble of each size, tested alone: what

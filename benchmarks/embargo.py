@@ -7,7 +7,7 @@ the training range, while a day's features look back up to 26 days: an agent tha
 familiar features on the first days of a block or of validation. The embargo keeps those days apart
 (``rollout.fitness_embargo_days`` around each fitness block, ``data.gap_days`` between training and validation, with
 ``data.gap_before_validation``). Each market seed trains ``benchmarks/learning.py``'s small run twice, without and
-with an embargo of ``--days`` (26: the features' span), on a random walk (the gate's size: the share of runs that
+with an embargo of ``--days`` (26: the features' span), on a random walk (the gate's size: the fraction of runs that
 crown an agent where none has an edge) and on persistent leaders at 0.5%/day (its power: the share that crown
 one, and how much of the rule's excess over equal weight the champion keeps on the holdout year). Printed with exact
 95% binomial intervals; ``--json-out`` writes every run.

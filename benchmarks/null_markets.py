@@ -4,7 +4,7 @@
 
 Each seed makes a random walk (``environment.synthetic``, 5 assets, 1500 days: ``benchmarks.learning``'s small
 market) and trains ``benchmarks.learning.small_config`` on it. Printed per run: whether an agent was crowned, the
-champion's holdout total return against equal weight's (points), and the run's last critical t; then the share of
+champion's holdout total return against equal weight's (points), and the run's last critical t; then the fraction of
 runs that crowned any agent, which the gate promises to keep at or below ``selection.alpha`` (0.05), with its
 binomial standard error.
 """

@@ -4,7 +4,7 @@
 
 For each kind and each scale of its signal's strength (``environment.synthetic``'s default strength times the
 scale), it trains the preset on that market (``benchmarks.learning.run_one``) and prints whether an agent was
-crowned, the champion's share of the rule's holdout log return, and the rule's own t statistic on the validation
+crowned, the champion's fraction of the rule's holdout log return, and the rule's own t statistic on the validation
 days (a single one-sided 5% test passes above 1.645). Then, per kind: the weakest scale at which the trainer crowned
 an agent, against the weakest at which the rule passes that single test; the target is a ratio within 1.5.
 """

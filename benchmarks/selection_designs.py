@@ -5,7 +5,7 @@ runs it (one set of stationary-bootstrap resamples for the run, a resample "cros
 t passes that look's critical value, the critical value keeps the crossed share at or below the budget spent by
 then, recentred as in Hansen's SPA), and differs from it in four choices:
 
-* ``spend``: the share of ``alpha`` the looks may have spent by generation g of G: ``g / (g + h)`` (today's), a
+* ``spend``: the fraction of ``alpha`` the looks may have spent by generation g of G: ``g / (g + h)`` (today's), a
   share ``first`` spent that way and the rest at the last generation only, or everything at the last;
 * ``margin``: the edge (annual) a candidate must beat, not 0: the null hypothesis is "no candidate's expected edge
   is above the margin";

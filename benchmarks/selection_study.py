@@ -26,7 +26,7 @@ values and crowns) on two kinds of range: each run's validation days, with the t
 *replicates*: the fresh sample's two-year episodes (four-year spans for 1008-day validation) as validation ranges the
 run might have had. The agents never saw either, so a replicate measures a design's size and power as the run's
 own range does, ten times over (the same agents, so not independent across a run's replicates); an agent's true
-edge on a replicate comes from the other fresh days. Printed per market: the share of ranges on which a design
+edge on a replicate comes from the other fresh days. Printed per market: the fraction of ranges on which a design
 crowned an agent, and one with a worthwhile edge (at least ``WORTHWHILE`` of the best observable rule's true edge),
 the crowned champion's true edge (0 for equal weight), the generation of the crown and the last look's critical t;
 the ungated final population's true edge, the rule's, and the power a perfect single test would have on the days
@@ -331,7 +331,7 @@ SINGLE_TEST = NormalDist().inv_cdf(0.95)
 COST_RATE = 0.0005
 """The default preset's cost per unit of turnover (the records' runs)."""
 WORTHWHILE = 0.25
-"""A crown is worthwhile when the champion's true edge is at least this share of the best observable rule's."""
+"""A crown is worthwhile when the champion's true edge is at least this fraction of the best observable rule's."""
 
 
 def load_record(path: Path) -> dict[str, Any]:

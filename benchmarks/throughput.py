@@ -211,7 +211,7 @@ def update_efficiency(config: Config, device: torch.device, machine_flops: float
 
 
 def profile_update(config: Config, device: torch.device, *, updates: int = 5, top: int = 10) -> list[dict[str, Any]]:
-    """The operators that take the learner update's time: share of self time, by operator name."""
+    """The operators that take the learner update's time: fraction of self time, by operator name."""
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)

@@ -363,7 +363,7 @@ class RuntimeConfig:
     matmul_precision: MatmulPrecision = "highest"
     """torch.set_float32_matmul_precision on CUDA (high: TF32 tensor cores); a CPU run always uses exact float32."""
     census_fraction: float = 0.01
-    """Largest share of the run's time the per-generation count of Python objects and tensors may take (1: always)."""
+    """Largest fraction of the run's time the per-generation count of objects and tensors may take (1: always)."""
     cuda_graphs: bool = True
     """On CUDA in one process: replay the update and the rollout's and validation's days as graphs (runtime.graphs)."""
     torch_compile: bool = False

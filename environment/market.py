@@ -75,7 +75,7 @@ class Market:
     tradable: torch.Tensor | None = None
     """(T, N) bool: the assets that have a price on each day; None when every asset has one every day."""
     tradable_fraction: float = 1.0
-    """The share of asset-days on which the asset has a price (counted on the host, where the market was built)."""
+    """The fraction of asset-days on which the asset has a price (counted on the host, where the market was built)."""
     feature_definitions: tuple[str, ...] = ()
     """How each feature's raw value of day ``t`` is made, in ``feature_names`` order."""
     cash_relatives: torch.Tensor | None = None

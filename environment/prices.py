@@ -33,7 +33,7 @@ unselected ticker traded) are dropped, with a note. Then the ``universe`` rule a
 
 A long file's ``volume`` column (shares traded that day) is read as it is, day by day, into
 ``PriceTable.volumes`` (0 where a day has none): with it, trades pay a cost that grows with their size
-against the day's traded value, and none takes more than a share of it (``environment.features``).
+against the day's traded value, and none takes more than a fraction of it (``environment.features``).
 
 User columns (``columns``): other numeric columns of a long file, such as volume or the user's own
 signal, loaded per asset on the table's dates and tickers. A value is forward-filled within its

@@ -135,7 +135,7 @@ def deflated_sharpe(
 
 
 class Cscv(NamedTuple):
-    """The probability of backtest overfitting and what it is the share of."""
+    """The probability of backtest overfitting and what it is the fraction of."""
 
     pbo: float
     """Share of splits whose in-sample best ranks at or below the out-of-sample median (logit <= 0)."""

@@ -348,7 +348,7 @@ class Distribution:
     worst_month: float | None
     """Calendar months' returns (``calendar_returns``), partial months included; None without dates."""
     win_rate: float | None
-    """The share of days with a gain among the days with a gain or a loss (days of no change are neither)."""
+    """The fraction of days with a gain among the days with a gain or a loss (days of no change are neither)."""
     average_win: float | None
     average_loss: float | None
     """The mean return of the winning days, of the losing days (negative)."""

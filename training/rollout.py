@@ -37,7 +37,7 @@ from training.fitness import episode_returns, fitness, training_starts
 BLOCK_BYTES = {"cuda": 256 * 2**20, "cpu": 4 * 2**20}
 """Most bytes the windows' part of a block of days may hold at once (the encoder's activations and the heads'
 features of every agent, episode and asset of the block), by device type. On CUDA a day's kernels are small and
-their launches the cost, so a block is as long as a modest share of memory allows (a default-preset episode is one
+their launches the cost, so a block is as long as a modest fraction of memory allows (a default-preset episode is one
 block). On the CPU a block that outgrows the caches is slower than one day at a time: of budgets of 1 to 256 MiB,
 4 MiB was fastest on this project's CPU (default preset, one thread: validation 0.13 s against 0.20 s at 256 MiB and
 0.31 s before blocks; BENCHMARKS.md). Other devices take the CPU's."""

@@ -134,7 +134,7 @@ def _begin(opened: opening.Opened, *, log: Callable[[str], None], should_stop: C
 
 
 def coverage(market: Market) -> str:
-    """The universe a run trades: its assets, days and the share of asset-days on which an asset has a price, and
+    """The universe a run trades: its assets, days and the fraction of asset-days on which an asset has a price, and
     the dates they span after the features' warm-up."""
     return (
         f"{market.num_assets} assets x {market.num_days} days, {market.tradable_fraction:.1%} of asset-days tradable, "

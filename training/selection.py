@@ -20,7 +20,7 @@ Politis-White rule, ``block_length``), so a dependence between days is kept too.
 Every generation looks again at the same days, so the looks are handled as a group-sequential test: one set of
 bootstrap resamples serves the whole run (the same day indices every generation), a resample "crosses" once
 the largest bootstrap t of some generation passed that generation's critical value, and the critical value of
-generation g is the smallest one that keeps the share of crossed resamples at or below the budget spent by then.
+generation g is the smallest one that keeps the fraction of crossed resamples at or below the budget spent by then.
 If generation g's candidates are clones of earlier ones, the resamples where they look good crossed already and the
 critical value barely moves; the test pays only for new evidence.
 
@@ -249,7 +249,7 @@ class SequentialGate:
         half_spent_at: the generation by which half of the looks' budget may be spent.
         generator: draws the resamples once (on the host); a run's gate must see the same ones at every look and on
             resume.
-        early_fraction: the share of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
+        early_fraction: the fraction of ``alpha`` the looks before the run's last may spend (``method="final"``); None:
             every look spends alike, ``alpha * g / (g + half_spent_at)`` (``method="bootstrap"``).
         device: where the counts, the crossed resamples and each look's arithmetic live (the run's device).
     """

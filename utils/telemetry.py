@@ -106,7 +106,7 @@ class Telemetry:
 
     Args:
         device: the training device (its allocator's figures on CUDA).
-        census_fraction: ``ObjectCensus``'s share of the run's time.
+        census_fraction: ``ObjectCensus``'s fraction of the run's time.
     """
 
     def __init__(self, device: torch.device, *, census_fraction: float) -> None:

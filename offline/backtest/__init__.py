@@ -25,7 +25,7 @@ writing the report (``offline.backtest.spread``). Every fold runs with ``--threa
 table are those of one fold at a time, bit for bit; ``offline.backtest.progress`` shows every running fold.
 
 The summary: per fold and seed the champion's Sharpe against equal weight's, and over all of them the mean and
-spread of the Sharpe difference, the share of folds the champion won (and tied: an equal-weight champion ties),
+spread of the Sharpe difference, the fraction of folds the champion won (and tied: an equal-weight champion ties),
 and the champion's turnover over equal weight's. Each fold also carries the overfitting diagnostics of its run's
 choice on its validation range (``offline.overfitting``: deflated Sharpe ratio and PBO); the summary gives how
 many folds crowned an agent and the mean of both. Those are descriptions; the inference is one test over every test

@@ -179,7 +179,7 @@ def main(argv: Sequence[str]) -> int:
     config, folds, folder = _plan(args)
 
     with contextlib.ExitStack() as stack:
-        # Under torchrun, one process of several: each trains its share of the folds (offline.backtest.spread).
+        # Under torchrun, one process of several: each trains its part of the folds (offline.backtest.spread).
         ranks = Ranks.connect(timeout_s=config.runtime.collective_timeout_s) if Ranks.launched() else Ranks()
         stack.callback(ranks.close)
         # A device this machine lacks is refused before the plan is written.

@@ -13,7 +13,7 @@ kept), with ``b`` chosen from the series by the Politis-White rule (``training.s
 estimator the selection gate uses). From B resampled means ``m*``:
 
 * the standard error ``se``: their standard deviation; ``t = m / se``;
-* the one-sided p-value, from the re-centred resamples: ``p = (1 + #{m* - m >= m}) / (B + 1)``, the share of
+* the one-sided p-value, from the re-centred resamples: ``p = (1 + #{m* - m >= m}) / (B + 1)``, the fraction of
   resamples in which a series with the same dependence but mean 0 would show at least ``m``;
 * the interval: the basic bootstrap interval at level ``1 - 2 alpha`` (90% at the default alpha 0.05),
   ``[2m - q(1 - alpha), 2m - q(alpha)]`` of ``m*``; each end is a one-sided ``alpha`` bound, so its lower end is above

@@ -108,7 +108,7 @@ def tuned_years(config: Config) -> set[int]:
 
 
 def _refuse_repeats(values: Sequence[int], flag: str, what: str) -> None:
-    """A value given twice would count its folds twice in every mean and share of the summary: refused, since the
+    """A value given twice would count its folds twice in every mean and fraction of the summary: refused, since the
     command cannot know whether another value was meant."""
     for value in values:
         if list(values).count(value) > 1:

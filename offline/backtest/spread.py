@@ -1,4 +1,4 @@
-"""A backtest over the processes of a ``torchrun`` job: each process (on a GPU pod, one GPU each) trains its share of
+"""A backtest over the processes of a ``torchrun`` job: each process (on a GPU pod, one GPU each) trains its part of
 the folds as one-process runs, in worker processes of its own (``--jobs`` of them), and the leader writes the report.
 
 * The folds are dealt in plan order, one to each process in turn (``placement.folds_of``): a job started again with
