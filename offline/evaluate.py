@@ -48,13 +48,13 @@ from offline.bundle import read_bundle
 from offline.holdout import INDEX, RANGES, RangeResult, score_champion
 from offline.overfitting import diagnose, unavailable
 from offline.plots import SeriesPanel, WeightsPanel, plot_drawdowns, plot_equity, plot_history, plot_weights
-from offline.procedures import TRADER_NAMES, Ensemble, deployed
+from offline.procedures import TRADER_NAMES, Ensemble, deployed_members, trader_actor
 from offline.risk import METRICS, drawdown_curve, equity_curve
 from offline.stored import (
     champion_tensors,
     in_float32,
     locate,
-    population_tensors,
+    population_actor,
     read_generation,
     rebuild_market,
     run_config,
@@ -170,15 +170,14 @@ def _from_checkpoint(target: str, scratch: Path, benchmark: str | None = None) -
     state, config, market = read_generation(located, refusal="cannot evaluate", benchmark=benchmark)
     config = in_float32(config)
     size = window_size(config.env.lookback, market.num_features)
-    book = Book.from_env(config.env)
-    champion = Actor(1, size, config.model, book=book).requires_grad_(False)
+    champion = Actor(1, size, config.model, book=Book.from_env(config.env)).requires_grad_(False)
     names = [name for name, _ in champion.named_parameters()]
     _load_params(champion, champion_tensors(gen, names), str(gen.path), squeezed=False)
     actor, chosen = champion, []
     if config.selection.deploy != "champion":
-        population = Actor(config.evolution.popsize, size, config.model, book=book).requires_grad_(False)
-        _load_params(population, population_tensors(gen, names), str(gen.path), squeezed=False)
-        actor, chosen = deployed(market, config, champion, population)
+        population = population_actor(gen, config, size)
+        chosen = deployed_members(market, config, population)
+        actor = trader_actor(population, chosen)
     history = checkpoint.read_document(gen, "history")
     source = {
         "kind": "checkpoint",

@@ -36,14 +36,14 @@ from environment.market import Market
 from environment.observation import window_size
 from models.networks import Actor
 from offline.bundle import FILES, FORMAT, PRECISION, SPEC, TENSORS, VERSION, write_bundle
-from offline.procedures import TRADER_NAMES, deployed
+from offline.procedures import TRADER_NAMES, deployed_members
 from offline.stored import (
     TARGET_HELP,
     Located,
     champion_tensors,
     in_float32,
     locate,
-    population_tensors,
+    population_actor,
     read_generation,
     training_precision,
 )
@@ -84,23 +84,13 @@ def _procedure(
     deploy = config.selection.deploy
     if deploy == "champion":
         return _champion(gen, config, window_size), {"deploy": deploy, "members": []}
-    model = in_float32(config).model
-    population = Actor(config.evolution.popsize, window_size, model, book=Book.from_env(config.env))
-    names = [name for name, _ in population.named_parameters()]
-    tensors = population_tensors(gen, names)
-    with torch.no_grad():
-        for name, param in population.named_parameters():
-            if tuple(tensors[name].shape) != tuple(param.shape):
-                raise CheckpointError(
-                    f"{gen.path}: actor.{name} has shape {tuple(tensors[name].shape)}, its config implies "
-                    f"{tuple(param.shape)}"
-                )
-            param.copy_(tensors[name])
-    _, chosen = deployed(market, in_float32(config), population.agent(0), population.requires_grad_(False))
+    population = population_actor(gen, config, window_size)
+    chosen = deployed_members(market, in_float32(config), population)
+    tensors = dict(population.named_parameters())
     if len(chosen) == 1:
-        params = {name: tensors[name][chosen[0]].contiguous() for name in names}
+        params = {name: tensor[chosen[0]].contiguous() for name, tensor in tensors.items()}
     else:
-        params = {f"member{j}.{name}": tensors[name][i].contiguous() for j, i in enumerate(chosen) for name in names}
+        params = {f"member{j}.{name}": t[i].contiguous() for j, i in enumerate(chosen) for name, t in tensors.items()}
     return params, {"deploy": deploy, "members": chosen}
 
 

@@ -37,8 +37,6 @@ class Ensemble(nn.Module):
     def __init__(self, members: Actor) -> None:
         super().__init__()
         self.members = members
-        self.book = members.book
-        self.popsize = 1
 
     def forward(self, obs: Observation) -> torch.Tensor:
         k = self.members.popsize
@@ -93,11 +91,8 @@ def traders(
     return {"champion": champion, **{t: trader_actor(population, chosen[t]) for t in TRADERS[1:]}}, chosen
 
 
-def deployed(market: Market, config: Config, champion: Actor, population: Actor) -> tuple[nn.Module, list[int]]:
-    """The procedure ``selection.deploy`` names, for this generation: the trader and the population indices it trades
-    with (none for the champion, which is the run's own record)."""
-    if config.selection.deploy == "champion":
-        return champion, []
+def deployed_members(market: Market, config: Config, population: Actor) -> list[int]:
+    """The population indices the procedure ``selection.deploy`` (not the champion) trades with, for this
+    generation."""
     order = ranking(validation_scores(market, config, population))
-    chosen = members(config.selection.deploy, order, config.backtest.ensemble_size)
-    return trader_actor(population, chosen), chosen
+    return members(config.selection.deploy, order, config.backtest.ensemble_size)

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 
 from config import Config, override
+from environment.book import Book
 from environment.loading import load_market
 from environment.market import Market
+from models.networks import Actor
 from persistence import checkpoint, run_folder
 from persistence.generation_contents import POPULATION, history_problem, holds_the_buffer, read_state, state_problem
 from persistence.provenance import market_fingerprint
@@ -90,11 +92,24 @@ def champion_tensors(gen: checkpoint.GenerationFiles, names: list[str]) -> dict[
     return {name: tensors[f"champion.{name}"] for name in names}
 
 
-def population_tensors(gen: checkpoint.GenerationFiles, names: list[str]) -> dict[str, torch.Tensor]:
-    """The population actor's tensors ``names`` (``Actor`` parameter names, every agent), from the population
-    group."""
+def population_actor(gen: checkpoint.GenerationFiles, config: Config, window_size: int) -> Actor:
+    """The generation's whole population as one actor (float32, without gradients), each tensor checked against the
+    shape its config implies and for NaN or infinite values."""
+    config = in_float32(config)
+    population = Actor(config.evolution.popsize, window_size, config.model, book=Book.from_env(config.env))
+    names = [name for name, _ in population.named_parameters()]
     tensors = checkpoint.read_tensors(gen, POPULATION, keys=[f"actor.{name}" for name in names])
-    return {name: tensors[f"actor.{name}"] for name in names}
+    with torch.no_grad():
+        for name, param in population.named_parameters():
+            value = tensors[f"actor.{name}"]
+            if tuple(value.shape) != tuple(param.shape):
+                raise CheckpointError(
+                    f"{gen.path}: actor.{name} has shape {tuple(value.shape)}, its config implies {tuple(param.shape)}"
+                )
+            if not torch.isfinite(value).all():
+                raise CheckpointError(f"{gen.path}: actor.{name} holds NaN or infinite values")
+            param.copy_(value)
+    return population.requires_grad_(False)
 
 
 def locate(target: str | Path, scratch: Path | None = None) -> Located:

@@ -99,8 +99,7 @@ def summarise(
         "pbo_folds": len(known("pbo")),
         "turnover_ratio": sum(champion for champion, _ in turnover) / turnover_equal if turnover_equal > 0 else None,
         # the champion's test, as summaries before the other procedures held it
-        "pooled": procedures.get("champion")
-        or (pooled_test(results, alpha=alpha, min_edge=min_edge) if results else None),
+        "pooled": procedures.get("champion"),  # every fold result holds the champion's days: None with no folds
         "traders": procedures,
         "family": family_verdict(results, judged, alpha=alpha) if judged else None,
     }
