@@ -64,7 +64,7 @@ def test_its_family_wise_size_is_held_on_null_series_and_it_finds_planted_edges(
         rejected += any(p <= 0.05 for p in null.adjusted_p)
         planted = family_test(_series(rng, [0.0, 0.0003, 0.0]), generator=torch.Generator().manual_seed(rep), draws=400)
         found += planted.adjusted_p[1] <= 0.05
-    # 5% of 200 is 10; 18 is beyond the binomial's 99.9% quantile at a true rate of 5%
+    # 5% of 200 is 10; a true rate of 5% rejects more than 18 times with probability 0.006
     assert rejected <= 18, rejected
     assert found >= 0.6 * reps, found  # t about 2.7 at 1500 days: found in about three backtests of four
 
