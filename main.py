@@ -127,9 +127,9 @@ def train(argv: list[str]) -> int:
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
 
     from persistence.checkpoint import generation_dirname
+    from run.launch import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
+    from run.trainer import RunStopped
     from runtime.sharding import Ranks
-    from training.loop import RunStopped
-    from training.runs import resume_or_start, resume_run, start_run  # heavy imports after the flags are known good
     from utils.progress import GenerationProgress
     from utils.signals import StopRequest
     from utils.tensorboard import MISSING_MESSAGE, TensorBoardLog, tensorboard_available

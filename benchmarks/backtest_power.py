@@ -61,7 +61,7 @@ from offline.backtest.inference import family_test, mean_test, pooled_test
 from offline.holdout import run_range
 from offline.procedures import TRADER_NAMES, ranking, trader_actor, validation_scores
 from persistence import run_folder
-from training.runs import train_to_end
+from run.launch import train_to_end
 from training.selection import block_length
 
 START = "2000-01-03"

@@ -50,7 +50,7 @@ from config import Config, override, parse_assignments, preset
 from environment.loading import load_market
 from persistence import checkpoint, jsonl
 from persistence.generation_contents import buffer_groups
-from training.loop import Trainer
+from run.trainer import Trainer
 from utils.telemetry import format_bytes
 
 

@@ -51,9 +51,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.update_roofline import SPEC_PEAKS, count_kernels, profiler_check, synchronize
 from config import override, parse_assignments, preset
 from environment.loading import load_market
+from run.trainer import Trainer
 from runtime.boundary import to_host
 from runtime.device import resolve_device
-from training.loop import Trainer
 from training.selection import TRADING_DAYS, ValidationReturns
 
 GRAPHED = ("rollout", "validation", "update")

@@ -40,7 +40,7 @@ from environment.kernel import cash_weights, decision_step
 from environment.synthetic import KINDS, make_market
 from offline.holdout import score_champion
 from persistence.jsonl import read_rows
-from training.runs import train_to_end
+from run.launch import train_to_end
 from training.selection import edge_bounds, t_statistics
 
 

@@ -27,7 +27,7 @@ import torch
 
 from config import Config, override, preset
 from environment.market import Market, Splits
-from training.loop import Trainer
+from run.trainer import Trainer
 from utils.telemetry import format_bytes, least_squares_slope, rss_bytes
 
 ASSETS = 108

@@ -36,7 +36,7 @@ from environment.market import Market, Splits
 from environment.observation import WindowGatherer
 from models.replay import ReplayBuffer
 from persistence import jsonl
-from training.runs import start_run
+from run.launch import start_run
 from utils.telemetry import (
     MEMORY_KEYS,
     count_objects,

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from config import Config, override
 from offline.holdout import run_range
 from persistence import run_folder
-from training.runs import train_to_end
+from run.launch import train_to_end
 
 
 def naive_fold(run_dir: Path) -> dict:

@@ -56,13 +56,13 @@ from environment.features import FEATURE_CLIP, WARMUP_DAYS, raw_features
 from environment.loading import load_market
 from environment.market import Market, Splits
 from environment.synthetic import make_market
+from run.records import Scores
+from run.streams import gate_generator
+from run.trainer import Trainer
 from training import selection
 from training.fitness import training_starts
-from training.loop import Trainer
-from training.records import Scores
 from training.rollout import Validation
 from training.selection import stationary_bootstrap
-from training.streams import gate_generator
 
 BASE_STRENGTH = {"random_walk": 0.0, "reversal": 0.01, "leaders": 0.005, "volatility": 0.001}
 """``environment.synthetic.make_market``'s default strength of each kind."""
@@ -362,7 +362,7 @@ def ranges_of(record: dict[str, Any], replicates: int) -> list[tuple[str, np.nda
 
 
 def gate_counts(days: int, *, draws: int, mean_block: float, seed: int) -> torch.Tensor:
-    """(B, D) the trainer's own resamples of a run of ``seed`` (``training.streams.gate_generator``) as counts."""
+    """(B, D) the trainer's own resamples of a run of ``seed`` (``run.streams.gate_generator``) as counts."""
     indices = stationary_bootstrap(days, draws=draws, mean_block=mean_block, generator=gate_generator(seed))
     return selection.resample_counts(indices).to(torch.int32)
 

@@ -82,7 +82,7 @@ def moved_per_donor(preset_name: str) -> dict[str, int]:
 
     from config import override, preset
     from environment.loading import load_market
-    from training.loop import Trainer
+    from run.trainer import Trainer
 
     config = override(preset(preset_name), {"runtime.device": "cpu", "learner.buffer_size": 1})  # no buffer needed
     with tempfile.TemporaryDirectory() as scratch:

@@ -40,8 +40,8 @@ from benchmarks.per_agent import TransitionStore, run_episodes, single_sample_vi
 from config import Config, override, parse_assignments, preset
 from environment.loading import load_market
 from persistence import jsonl
+from run.trainer import Trainer
 from runtime.device import resolve_device
-from training.loop import Trainer
 from utils.telemetry import least_squares_slope
 
 WARMUP_GENERATIONS = 5

@@ -56,8 +56,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from config import override, parse_assignments, preset
 from environment.loading import load_market
+from run.trainer import Trainer
 from runtime.device import resolve_device
-from training.loop import Trainer
 
 SPEC_PEAKS = {
     # name fragment: (dense float32 FLOP/s, dense TF32 FLOP/s, memory bytes/s), the makers' data sheets

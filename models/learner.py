@@ -5,7 +5,7 @@ for all of its parts, so that nothing outside names them: ``update(batch) -> los
 networks (``networks``) and every parameter (``network_tensors``), its optimisers by name (``optimisers``, whose
 ``step_counts`` a checkpoint holds by that name), what it saves (``agent_tensors``), what an offspring inherits
 (``inheritance``), the methods a compiler may wrap (``compilable``) and what it costs in memory
-(``training.sizing`` builds one on the meta device). ``build_learner`` makes one from a run's config, in one place.
+(``run.sizing`` builds one on the meta device). ``build_learner`` makes one from a run's config, in one place.
 Each agent's loss depends only on its own slice of the stacked parameters, so the sum of the per-agent losses has,
 for each slice, exactly that agent's gradient: one backward trains all P.
 

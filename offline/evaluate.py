@@ -61,7 +61,7 @@ from offline.stored import (
 )
 from persistence import checkpoint
 from persistence.gcs import open_storage
-from training.records import selection_verdict
+from run.records import selection_verdict
 from utils import tensorboard as board_log
 from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
@@ -278,7 +278,7 @@ def diagnostics(champion: ChampionActor, results: dict[str, RangeResult]) -> dic
 
 
 def selection_reading(champion: ChampionActor) -> str:
-    """What the run's selection gate concluded by the champion's generation (``training.records.selection_verdict``):
+    """What the run's selection gate concluded by the champion's generation (``run.records.selection_verdict``):
     the champion's evidence, or how many validation days would prove the agent closest to proof."""
     if champion.source["kind"] == "export":
         return "selection: n/a (an export has no run history)"

@@ -35,8 +35,8 @@ from environment.observation import window_size
 from environment.vector_env import VectorPortfolioEnv
 from models.networks import Actor
 from offline.risk import RiskMetrics, risk_metrics
-from training.parts import build_population
-from training.streams import make_generators
+from run.parts import build_population
+from run.streams import make_generators
 
 RULE_STRATEGIES = ("equal_weight", "buy_and_hold", "cash")
 """Strategies driven by a fixed rule."""

@@ -44,7 +44,7 @@ from offline.stored import TARGET_HELP, Located, locate
 from persistence import checkpoint, run_folder
 from persistence.generation_contents import POPULATION, upgraded
 from persistence.jsonl import finite_or_null
-from training.records import selection_verdict
+from run.records import selection_verdict
 from utils.cli import parse_command
 from utils.errors import CheckpointError, ConfigError, InputError
 from utils.telemetry import format_bytes

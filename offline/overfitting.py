@@ -13,7 +13,7 @@ many unskilled candidates always looks good on the days it was chosen on, so its
 
 Both are measured on the daily excess log return over equal weight (an information ratio, not a Sharpe ratio over
 cash): that is what the run selects on (``training.selection``). Sharpe ratios here are per day, not annualised.
-Everything is float64 numpy or plain floats. The block means come from ``training.records``, which writes them into
+Everything is float64 numpy or plain floats. The block means come from ``run.records``, which writes them into
 every metrics row.
 """
 
@@ -166,7 +166,7 @@ def cscv(blocks_per_candidate: Any, *, chunk: int | None = None) -> Cscv:
     does not depend on it.
 
     Args:
-        blocks_per_candidate: (N, S) block means (``training.records.block_means``), N >= 2 candidates, S even.
+        blocks_per_candidate: (N, S) block means (``run.records.block_means``), N >= 2 candidates, S even.
         chunk: Splits per chunk.
 
     Raises:

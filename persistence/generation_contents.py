@@ -24,7 +24,7 @@ from utils.errors import CheckpointError
 POPULATION = "population"
 """Every agent tensor and the champion's (``champion.*``), by ``Population.state_tensors`` key."""
 STREAMS = "rng"
-"""The host random streams' states (``training.streams.HOST_STREAMS``)."""
+"""The host random streams' states (``run.streams.HOST_STREAMS``)."""
 GATE = "selection"
 """The selection gate's state; absent for a run without one, and in checkpoints of earlier versions."""
 SEGMENTS = 16

@@ -17,10 +17,10 @@ import torch
 import main
 from environment.market import Market
 from persistence.gcs import EMULATOR_ENV
+from run.records import block_means
 from tests.emulated_cuda import EmulatedCuda, emulate_cuda
 from tests.gcs_server import GCSEmulator, emulator_binary
 from tests.synthetic import make_market
-from training.records import block_means
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ CPU run), while every operation is checked the way a GPU checks it, and more str
 * a host tensor in device arithmetic, or a device tensor indexing a host one; as on a GPU, a 0-dim host tensor passes
   as a scalar, and host index tensors may index a device tensor;
 * a random draw whose generator is on another device than the draw, and a device draw from the global generator
-  (every draw of a run comes from its own streams, ``training.streams``);
+  (every draw of a run comes from its own streams, ``run.streams``);
 * a copy between host and device, whichever torch call spells it (``Tensor.to``, ``.cuda``, ``.type``, ``copy_``,
   ``torch._foreach_copy_``, a pytree map of them: each reaches ``aten._to_copy``, ``aten.copy_`` or
   ``aten._foreach_copy_``, where the checks are):

@@ -49,7 +49,7 @@ def install() -> None:
     """Wrap the trainer's phases as ``HOLD_POINTS`` and ``HOLD_AT`` say; nothing when ``HOLD_POINTS`` is unset."""
     if not os.environ.get("HOLD_POINTS"):
         return
-    from training.loop import Trainer
+    from run.trainer import Trainer
 
     marks = Path(os.environ["HOLD_POINTS"])
     moment, _, at = os.environ["HOLD_AT"].partition("@")

@@ -36,7 +36,7 @@ _TMP_DIR = re.compile(r"\.gen-(\d+)\.tmp-\d+")
 
 def install(spec: str) -> None:
     from persistence import checkpoint
-    from training.loop import Trainer
+    from run.trainer import Trainer
 
     moment, _, only = spec.partition("@")
     if moment not in MOMENTS:

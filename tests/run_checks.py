@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from persistence import checkpoint
-from training.records import MEASURED_KEYS
+from run.records import MEASURED_KEYS
 
 
 def rows(run_dir: Path) -> list[dict]:

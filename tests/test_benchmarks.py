@@ -16,7 +16,7 @@ from benchmarks.per_agent import run_episodes, single_sample_view, split_populat
 from benchmarks.selection_designs import Design, Resampled, replay
 from config import override, preset
 from environment.loading import load_market
-from training.loop import Trainer
+from run.trainer import Trainer
 from training.selection import SequentialGate, choose_champion, edge_bounds
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script's measurement, small

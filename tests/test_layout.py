@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("utils", "config", "environment", "models", "runtime", "persistence", "training", "offline")
+PACKAGES = ("utils", "config", "environment", "models", "runtime", "persistence", "training", "run", "offline")
 MAY_IMPORT = {
     "utils": set(),
     "config": {"utils"},
@@ -14,8 +14,9 @@ MAY_IMPORT = {
     "models": {"environment", "utils", "config"},
     "runtime": {"models", "utils", "config"},
     "persistence": {"environment", "models", "utils", "config"},
-    "training": {"runtime", "persistence", "models", "environment", "utils", "config"},
-    "offline": {"training", "runtime", "persistence", "models", "environment", "utils", "config"},
+    "training": {"runtime", "models", "environment", "utils", "config"},  # the algorithm: no runs, no files
+    "run": {"training", "runtime", "persistence", "models", "environment", "utils", "config"},
+    "offline": {"run", "training", "runtime", "persistence", "models", "environment", "utils", "config"},
 }
 """What each package may import besides itself (``config`` imports ``utils.errors`` only)."""
 
@@ -47,7 +48,7 @@ def test_the_checker_sees_an_import_the_layout_forbids(tmp_path):
 
 
 def test_tests_mirror_the_packages():
-    for package in ("training", "runtime", "persistence", "offline", "models", "environment", "utils"):
+    for package in ("training", "run", "runtime", "persistence", "offline", "models", "environment", "utils"):
         assert (REPO / "tests" / package).is_dir(), f"tests/{package} is missing"
 
 
@@ -68,3 +69,32 @@ def test_each_file_format_has_one_reader_and_one_writer():
             text, name = path.read_text(encoding="utf-8"), str(path.relative_to(REPO))
             spelled += [f"{name} spells {token}" for token, owner in owners.items() if token in text and name != owner]
     assert not spelled, "\n".join(spelled)
+
+
+def imported_modules(path: Path, package: str) -> set[str]:
+    """The modules of ``package`` a file imports (``from package import module`` names its module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith(f"{package}.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == package:
+                found |= {f"{package}.{alias.name}" for alias in node.names}
+            elif node.module.startswith(f"{package}."):
+                found.add(node.module)
+    return found
+
+
+def test_offline_borrows_at_most_two_modules_of_the_algorithm():
+    """offline/ scores what a run made: of training/ it reads the training days (``fitness``) and the gate's
+    bootstrap (``selection``), never the loop's insides; what drives a run is run/'s."""
+    borrowed = set()
+    for path in sorted((REPO / "offline").rglob("*.py")):
+        borrowed |= imported_modules(path, "training")
+    assert len(borrowed) <= 2, sorted(borrowed)
+
+
+def test_the_module_counter_sees_each_form_of_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import training.loop\nfrom training import rollout\nfrom training.selection import x\n")
+    assert imported_modules(module, "training") == {"training.loop", "training.rollout", "training.selection"}

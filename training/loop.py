@@ -1,103 +1,116 @@
-"""The generation loop of evolutionary actor-critic learning: roll out, validate and crown, evolve, update, record.
+"""The generation loop of evolutionary actor-critic learning: roll out, validate and crown, evolve, update.
 
-One generation, as ``Trainer.run_generation`` reads:
+One generation, as ``GenerationLoop.run_generation`` reads:
 
 1. Roll out: every agent runs the same E training episodes in lockstep. The first ``exploring_episodes`` add each
    agent's exploration noise and fill the replay buffer; the fitness comes from the noise-free episodes, on training
    days the buffer never holds (``training.rollout``, ``training.fitness``).
 2. Validate and crown: deterministic policies of the agents, the champion and equal weight run the whole
    validation range as one episode from cash; the best agent is crowned only if its edge over equal weight passes
-   the selection gate (``training.selection``) and beats the champion's on the same days. Until then the champion
+   the champion gate (``training.selection``) and beats the champion's on the same days. Until then the champion
    is equal weight.
-3. Evolve: selection on the fitness measured in step 1, on the very parameters being selected (nothing has trained
+3. Evolve: tournaments on the fitness measured in step 1, on the very parameters being bred (nothing has trained
    them since), applied in place (``training.evolution``).
 4. Update: every agent, offspring included, takes learner steps on batches from the shared buffer (``training.update``,
    ``models.learner``).
-5. Record: one metrics row and console line (``training.records``), one checkpoint every ``checkpoint.every``
-   generations (``training.checkpointing``).
 
 Step 4 changes the parameters after they were measured; the next generation's step 1 measures them again before
-anything selects on them. Everything the loop uses is built once, before the first generation
-(``training.parts``); each phase runs on the training device, and its results come to the host in one place
-(``runtime.boundary``).
+anything selects on them. The loop knows nothing of checkpoints, records, streams' seeding or stopping: a run
+(``run.trainer``) drives it, builds its parts once (``run.parts``) and may stop it at its pause points. Each phase
+runs on the training device, and its results come to the host in one place (``runtime.boundary``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
 from config import Config
 from environment.market import Market
-from persistence.provenance import market_fingerprint
+from models.population import Population
+from models.replay import ReplayBuffer
 from runtime.boundary import to_host
+from runtime.compiled import Compilation
 from runtime.sharding import Sharding
-from training.checkpointing import Checkpointing, TrainerState
 from training.evolution import EvolutionPlan, evolve_, plan_generation
-from training.parts import build_parts
-from training.records import Scores, format_line, generation_row
+from training.rollout import Rollouts, Validation
 from training.selection import (
     EQUAL_WEIGHT,
     TRADING_DAYS,
     ChampionRecord,
     Look,
+    SequentialGate,
     ValidationReturns,
     choose_champion,
     edge_bounds,
     edges,
     selection_z,
 )
-from training.streams import HOST_STREAMS, seed_device_streams
-from utils.errors import CheckpointError
-from utils.telemetry import PhaseTimer, Telemetry
+from training.update import UpdatePhase
+from utils.telemetry import PhaseTimer
 
 
-class RunStopped(Exception):  # noqa: N818 (a stop, not an error)
-    """A stop was requested; ``generation`` is the last complete (checkpointed) generation."""
+class Parts(NamedTuple):
+    """What the loop is made of, built once before the first generation (``run.parts.build_parts``)."""
 
-    def __init__(self, generation: int) -> None:
-        super().__init__(f"stopped after generation {generation}")
-        self.generation = generation
+    sharding: Sharding
+    """The slots this process holds (all of them without torchrun), and the collectives over them."""
+    generators: dict[str, torch.Generator]
+    """The run's random streams (``run.streams``)."""
+    population: Population
+    buffer: ReplayBuffer
+    """The replay buffer all agents share: a ring of transitions, never of observations."""
+    rollouts: Rollouts
+    validation: Validation
+    update_phase: UpdatePhase
+    gate: SequentialGate | None
+    """The selection gate (``training.selection``); None with ``selection.method=bonferroni``."""
+    compilation: Compilation
+    """``torch.compile`` around the device arithmetic (``runtime.torch_compile``), and its time."""
 
 
-class Trainer:
-    """One run's generation loop over the parts ``training.parts`` builds once.
+class Scores(NamedTuple):
+    """A generation's figures on the host, after its one synchronisation."""
 
-    Args:
-        config: the resolved config.
-        market: built from ``config.data`` on the training device.
-        run_dir: local run folder (created by the caller; checkpoints and metrics go here).
-        log: where the per-generation line goes.
-        should_stop: polled at safe points; once it returns True the unfinished generation is abandoned (its
-            checkpoint is never written) and ``run`` raises ``RunStopped``, the last complete generation
-            checkpointed. If that one was not (``checkpoint.every``) and the next has begun, its state is gone: the
-            next one is finished instead, and checkpointed.
-        on_checkpoint: called with (generation, generations to protect) after each committed checkpoint, e.g. to
-            hand it to the uploader; it must not block, and runs on the checkpoint writer's thread.
-        sharding: the slots this process holds when the population is sharded over processes (``torchrun``); by
-            default one process holds them all. Only the leader writes checkpoints and metrics; a stop asked of any
-            process stops all of them at the same safe point.
+    fitness: torch.Tensor
+    """(P,) training fitness."""
+    returns: ValidationReturns
+    """Daily validation log returns of the agents, the champion and equal weight."""
+    z: float
+    """The critical t the bounds were measured with (``training.selection``)."""
+    last_z: float
+    """The critical t the run's last look would set on these agents (``training.selection.Look``)."""
+    min_edge: float
+    """The annual edge an agent must be proven above (``selection.min_edge``)."""
+    edges: torch.Tensor
+    """(P + 1,) annualised edges over equal weight of the agents and the champion (``training.selection.edges``)."""
+    bounds: torch.Tensor
+    """(P + 1,) their lower bounds at ``z``: positive for a proven edge (``training.selection.edge_bounds``)."""
+
+
+class Outcome(NamedTuple):
+    """What one generation's phases measured and did, for its record."""
+
+    scores: Scores
+    champion_slot: int
+    """The champion's row in ``scores.returns`` (the agent crowned now, or the champion's own)."""
+    plan: EvolutionPlan
+    updates: int
+    losses: dict[str, torch.Tensor]
+    """Each loss the learner computed: (P,) every agent's mean over the updates, by name."""
+
+
+class GenerationLoop:
+    """The loop's state (the generation, the champion, the parts' tensors) and its phases, one method each.
+
+    ``pause_point`` is called between phases (``collective``: on every process at once) and between updates (on
+    this process alone): a driver overrides it to stop there (``run.trainer.Trainer``).
     """
 
-    def __init__(
-        self,
-        config: Config,
-        market: Market,
-        run_dir: Path,
-        *,
-        log: Callable[[str], None] = print,
-        should_stop: Callable[[], bool] = lambda: False,
-        on_checkpoint: Callable[[int, set[int]], None] | None = None,
-        sharding: Sharding | None = None,
-    ) -> None:
-        self.config, self.market, self.run_dir = config, market, Path(run_dir)
-        self.log, self.should_stop = log, should_stop
+    def __init__(self, config: Config, market: Market, parts: Parts) -> None:
+        self.config, self.market = config, market
         self.device = market.device
-        self.fingerprint = market_fingerprint(market)
         (
             self.sharding,
             self.generators,
@@ -108,58 +121,27 @@ class Trainer:
             self.update_phase,
             self.gate,
             self.compilation,
-        ) = build_parts(config, market, sharding)
+        ) = parts
         self.generation = 0
-        self._until = config.runtime.generations  # the last generation ``run`` makes: always checkpointed
         self.champion: ChampionRecord = EQUAL_WEIGHT
-        self.checkpoints = Checkpointing(
-            self.run_dir,
-            config=config,
-            market=market,
-            fingerprint=self.fingerprint,
-            sharding=self.sharding,
-            on_checkpoint=on_checkpoint,
-        )
         self.timer = PhaseTimer(self.device)
-        self._captured = 0  # graphs captured before the current generation (``_captures``)
-        self.telemetry = Telemetry(self.device, census_fraction=config.runtime.census_fraction)
 
-    def run(self, *, until: int, on_generation: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Run generations until ``self.generation == until``, checkpointing every ``checkpoint.every``-th one and
-        the last; a stop (``RunStopped``) checkpoints the last complete generation first if it was not.
+    def pause_point(self, *, collective: bool) -> None:
+        """A point where the loop may be left (the generation abandoned); the loop alone never leaves."""
 
-        ``on_generation`` gets each generation's row once its checkpoint is staged (or its row held, for a generation
-        not checkpointed), while the write may still be in flight. Returns, or raises (``RunStopped`` included), only
-        once the last checkpoint it started is committed.
-        """
-        self._until = until
-        try:
-            while self.generation < until:
-                if self.sharding.ranks.any(self.should_stop()):
-                    if self.checkpoints.holding:  # the last complete generation, not checkpointed yet
-                        self.checkpoints.save(self.state())
-                    raise RunStopped(self.generation)
-                row = self.run_generation()
-                if on_generation is not None:
-                    on_generation(row)
-        finally:
-            self.checkpoints.close()
-
-    def run_generation(self) -> dict[str, Any]:
-        """One generation: roll out, validate and crown, evolve, update, record (each phase a method below).
-        A stop is polled between phases (with several processes, one vote each: ``Ranks.any``)."""
+    def run_phases(self) -> Outcome:
+        """One generation: roll out, validate and crown, evolve, update (each phase a method below), the generation
+        counted once the update is done. Each phase's duration is marked on ``self.timer``, started by the caller."""
         generation = self.generation + 1  # the one being computed
-        self.timer.start()
-        seed_device_streams(self.generators, self.config.runtime.seed, generation=generation)
         fitness_per_agent = self._roll_out()
-        self._check_stop()
+        self.pause_point(collective=True)
         scores = self._validate(fitness_per_agent, generation)
         champion_slot = self._crown(scores, generation)
         plan = self._evolve(scores.fitness)
-        self._check_stop()
+        self.pause_point(collective=True)
         updates, losses = self._update(plan)
         self.generation = generation
-        return self._record(scores, champion_slot, plan, updates, losses)
+        return Outcome(scores, champion_slot, plan, updates, losses)
 
     # ------------------------------------------------------------------ the phases
 
@@ -264,8 +246,8 @@ class Trainer:
         for index in range(updates):
             # Between updates a stop is polled on this process only: a vote of all processes per update would
             # cost a collective each; they vote once before and once after the phase.
-            if not self.sharding.distributed and not self.checkpoints.holding and self.should_stop():
-                raise RunStopped(self.generation)
+            if not self.sharding.distributed:
+                self.pause_point(collective=False)
             self.update_phase(index)
         sums = to_host(self.sharding.gather(self.update_phase.loss_sums).T)  # (losses, P)
         counted = self.update_phase.updates_counted(updates)
@@ -276,103 +258,7 @@ class Trainer:
         self.timer.mark("update_s")
         return updates, losses
 
-    def _record(
-        self, scores: Scores, champion_slot: int, plan: EvolutionPlan, updates: int, losses: dict[str, torch.Tensor]
-    ) -> dict[str, Any]:
-        """Phase 5: the metrics row, the checkpoint every ``checkpoint.every`` generations and at the last (staged
-        here, written by the writer thread, which appends the rows held since the last one to metrics.jsonl once the
-        generation is committed), the console line."""
-        cfg = self.config
-        checkpointed = self.generation % cfg.checkpoint.every == 0 or self.generation >= self._until
-        # The write before: done before the telemetry, so the figures never count its buffers; a generation not
-        # checkpointed waits for nothing (its figures may count a write in flight).
-        waited = self.checkpoints.wait() if checkpointed else 0.0
-        started = time.perf_counter()
-        telemetry, warning = self.telemetry.measure(
-            warm=len(self.buffer) == self.buffer.capacity,
-            replay_bytes=self.buffer.nbytes,
-            replay_transitions=len(self.buffer),
-        )
-        if warning:
-            self.log(warning)
-        durations = {**self.timer.durations(), "telemetry_s": time.perf_counter() - started}
-        compiled = self.compilation.report()  # once, after the generation that compiled
-        if compiled is not None:
-            self.log(compiled)
-        popsize = cfg.evolution.popsize
-        row = generation_row(
-            self.generation,
-            scores,
-            champion=self.champion,
-            champion_edge=float(scores.edges[champion_slot]),
-            elites=[int(i) for i in torch.nonzero(plan.elite).flatten()],
-            losses=losses,
-            loss_names=self.population.learner.losses,
-            updates=updates,
-            buffer_size=len(self.buffer),
-            env_steps=popsize * cfg.rollout.episodes * cfg.env.episode_days,
-            durations=durations,
-            telemetry=telemetry,
-            graph_captures=self._captures() - self._captured,
-        )
-        self._captured = self._captures()
-        if checkpointed:
-            self.checkpoints.save(self.state(), row, waited=waited)
-        else:
-            self.checkpoints.hold(row)
-        self.log(format_line(row, generations=cfg.runtime.generations, buffer_capacity=self.buffer.capacity))
-        return row
-
-    def _captures(self) -> int:
+    def captures(self) -> int:
         """CUDA graphs captured so far by the rollouts, validation and the update phase (``runtime.graphs``)."""
         steps = [self.rollouts.step, self.validation.step, *self.update_phase.steps.values()]
         return sum(step.captures for step in steps)
-
-    def _check_stop(self) -> None:
-        """Inside a generation: abandon it if a stop was asked, unless the one before is not checkpointed (then this
-        one is finished, and ``run`` checkpoints it before it stops)."""
-        if not self.checkpoints.holding and self.sharding.ranks.any(self.should_stop()):
-            raise RunStopped(self.generation)
-
-    # ------------------------------------------------------------------ its state, as one value
-
-    def state(self) -> TrainerState:
-        """The trainer's state after its last generation, referring to the live tensors (what a checkpoint holds)."""
-        population = self.population
-        return TrainerState(
-            generation=self.generation,
-            champion=self.champion,
-            population=population.state_tensors(),
-            optimiser_steps=population.learner.step_counts(),
-            buffer=self.buffer.state(),
-            streams={name: self.generators[name].get_state() for name in HOST_STREAMS},  # copies
-            gate=None if self.gate is None else self.gate.state_tensors(),  # a copy
-        )
-
-    @torch.no_grad()
-    def load_state_(self, state: TrainerState) -> None:
-        """Take ``state`` (a checkpoint's, ``Checkpointing.restore``) into the live tensors, in place.
-
-        Raises:
-            CheckpointError: a part of ``state`` does not fit this trainer (its config's shapes), named by file.
-        """
-        population = self.population
-        parts = {
-            "population": lambda: population.load_state_tensors(state.population),
-            "replay": lambda: self.buffer.load_state_(state.buffer),
-            "rng": lambda: [self.generators[name].set_state(state.streams[name]) for name in HOST_STREAMS],
-        }
-        if self.gate is not None and state.gate is not None:
-            parts["selection"] = lambda: self.gate.load_state_tensors(state.gate)
-        for name, load in parts.items():
-            try:
-                load()
-            except (KeyError, ValueError, RuntimeError) as error:
-                raise CheckpointError(
-                    f"{state.source}/{name}.safetensors does not fit the run's config: {error}"
-                ) from None
-        for name, count in population.learner.step_counts().items():
-            if name not in state.optimiser_steps:
-                raise CheckpointError(f"{state.source}/state.json has no step count of the {name} optimiser")
-            count.fill_(float(state.optimiser_steps[name]))
-        self.generation, self.champion = state.generation, state.champion

@@ -307,7 +307,7 @@ def _run_here(
     folder: Path, folds: list[Fold], *, threads: int, board: FoldBoard, stop: Callable[[], bool]
 ) -> dict[str, dict[str, Any]]:
     """The folds one after another in this process (``--jobs 1``), with the torch threads every fold gets."""
-    from training.loop import RunStopped
+    from run.trainer import RunStopped
 
     results = {}
     with torch_threads(threads):

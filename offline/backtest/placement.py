@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from offline.backtest.plan import Fold
+from run.sizing import CUDA_CONTEXT_BYTES, available_bytes, host_bytes, process_bytes
 from runtime.sharding import Ranks
-from training.sizing import CUDA_CONTEXT_BYTES, available_bytes, host_bytes, process_bytes
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
 
@@ -57,7 +57,7 @@ def check_jobs_fit(
     """A one-line ConfigError, before anything starts, when the folds that run at once do not fit: on each GPU the
     runs of the workers on it (``gpus``: one entry per worker), each with a CUDA context of its own; in the host's
     memory ``host_runs`` runs' checkpoint copies (on the CPU, their whole runs). Each run is sized as the largest
-    fold's (``training.sizing``); every run checks itself again when it starts."""
+    fold's (``run.sizing``); every run checks itself again when it starts."""
 
     def sizes(fold: Fold) -> tuple[dict[str, int], dict[str, int]]:
         shape = {"num_assets": fold.num_assets, "num_features": fold.num_features}

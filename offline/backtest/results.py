@@ -18,7 +18,7 @@ from offline.procedures import TRADERS, traders
 from offline.risk import METRICS
 from persistence import checkpoint, jsonl
 from persistence.generation_contents import read_state
-from training.runs import train_to_end
+from run.launch import train_to_end
 from utils.errors import CheckpointError, ConfigError
 
 STRATEGIES = (*TRADERS, "untrained", "equal_weight", "buy_and_hold", "cash", INDEX)

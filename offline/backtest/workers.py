@@ -38,8 +38,8 @@ from config import Config
 from offline.backtest.plan import Fold
 from offline.backtest.progress import FoldBoard
 from offline.backtest.results import run_fold
+from run.trainer import RunStopped
 from runtime.sharding import LAUNCH_VARIABLES
-from training.loop import RunStopped
 from utils.errors import InputError
 from utils.signals import StopRequest
 

@@ -1,7 +1,7 @@
 """A run folder, in one place: its files' names, the start and resume decisions, and its copy in a bucket.
 
 A run folder holds the run's config, its metrics rows, its TensorBoard log and its generations (``gen-NNNNNN/``,
-whose format is ``persistence.checkpoint``'s). The trainer (``training.runs``) asks ``opening.start`` or
+whose format is ``persistence.checkpoint``'s). The trainer (``run.launch``) asks ``opening.start`` or
 ``opening.resume`` which folder, config and generation to use, and the offline commands find runs here
 (``offline.stored``).
 

@@ -8,7 +8,7 @@ from pathlib import Path
 CONFIG_NAME = "config.json"
 """The settings the run started with (``Config.to_json``): a resume checks its flags against them."""
 METRICS_NAME = "metrics.jsonl"
-"""One JSON row per generation (``training.records``), cut back to the checkpoint a resume continues from."""
+"""One JSON row per generation (``run.records``), cut back to the checkpoint a resume continues from."""
 TENSORBOARD_NAME = "tensorboard"
 """The folder of the run's TensorBoard log (``--tensorboard``)."""
 

@@ -205,7 +205,7 @@ def test_every_environment_and_the_learner_trade_through_the_one_fill_rule(monke
     from config import override, preset
     from environment import kernel
     from environment.loading import load_market
-    from training.loop import Trainer
+    from run.trainer import Trainer
 
     calls: list[str] = []
 

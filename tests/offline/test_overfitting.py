@@ -23,7 +23,7 @@ from offline.overfitting import (
     read_pbo,
     series_moments,
 )
-from training.records import block_means
+from run.records import block_means
 
 # ---------------------------------------------------------------------------------------------- block means
 

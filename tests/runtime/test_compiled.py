@@ -15,10 +15,10 @@ import torch._dynamo
 from config import LearnerConfig, ModelConfig, override, preset
 from models.learner import Learner
 from models.replay import ReplayBatch
+from run.launch import resume_run, start_run
 from runtime.compiled import Compilation
 from tests.run_checks import state_digest
 from tests.synthetic import replay_batch
-from training.runs import resume_run, start_run
 
 pytestmark = pytest.mark.slow  # torch.compile on the CPU takes tens of seconds a function
 
@@ -101,7 +101,7 @@ def test_a_compiled_day_trades_the_eager_days_numbers_within_tolerance(market, t
     a generation's days equals the eager day's to float32's rounding, on a market whose assets all trade and on one
     whose mask closes days, and for a long-short book at a cadence of 3 days."""
     from environment.loading import load_market
-    from training.loop import Trainer
+    from run.trainer import Trainer
 
     settings = {"runtime.device": "cpu", "learner.buffer_size": 400}
     if market == "paused":

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from config import override, preset
+from run.launch import resume_run, start_run
+from run.trainer import Trainer
 from runtime.graphs import GraphedStep
 from tests.emulated_cuda import SyncError, emulate_cuda
 from tests.run_checks import deterministic, rows, state_digest
-from training.loop import Trainer
-from training.runs import resume_run, start_run
 
 GENERATIONS = 4
 

@@ -30,12 +30,13 @@ from environment.vector_env import VectorPortfolioEnv
 from models.learner import Learner, build_learner
 from models.population import Population
 from models.replay import ReplayBuffer
+from run import trainer as trainer_module
+from run.launch import start_run
 from tests.emulated_cuda import emulate_cuda
 from tests.run_checks import rows
-from training import loop as trainer_module
+from training import loop as loop_module
 from training import rollout as rollout_module
 from training import update as update_module
-from training.runs import start_run
 from utils import telemetry
 
 GENERATIONS = 12
@@ -69,8 +70,8 @@ def wrap(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, before=None, af
 def crown_every_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the trainer crown a different slot each generation, whichever way it decides crowning."""
     calls = itertools.count()
-    if hasattr(trainer_module, "choose_champion"):  # a selection rule that returns the slot to crown, or None
-        monkeypatch.setattr(trainer_module, "choose_champion", lambda edges, *a, **kw: next(calls) % len(edges))
+    if hasattr(loop_module, "choose_champion"):  # a selection rule that returns the slot to crown, or None
+        monkeypatch.setattr(loop_module, "choose_champion", lambda edges, *a, **kw: next(calls) % len(edges))
         return
 
     def winning(daily, validation):  # one agent's validation days beat the champion's
@@ -235,7 +236,7 @@ def deepcopy_clones(mp, kept):
     def clone(population, plan, **kwargs):
         kept.append(copy.deepcopy(population.actor))
 
-    wrap(mp, trainer_module, "evolve_", before=clone)
+    wrap(mp, loop_module, "evolve_", before=clone)
 
 
 @injection

@@ -19,6 +19,9 @@ import torch
 from config import override, preset
 from environment import market as market_module
 from persistence import checkpoint
+from run import parts
+from run.launch import start_run
+from run.trainer import Trainer
 from runtime import graphs
 from tests.emulated_cuda import (
     DeviceMismatchError,
@@ -30,10 +33,8 @@ from tests.emulated_cuda import (
     emulate_cuda,
 )
 from tests.run_checks import deterministic, rows, state_digest
-from training import loop, parts, rollout, update
+from training import loop, rollout, update
 from training.evolution import EvolutionPlan
-from training.loop import Trainer
-from training.runs import start_run
 
 
 def train(root: Path, device: str, *, generations: int, **settings: Any) -> Trainer:

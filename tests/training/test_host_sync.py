@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import override, preset
 from environment.loading import load_market
-from training.loop import Trainer
+from run.trainer import Trainer
 
 SYNCING = frozenset(
     {

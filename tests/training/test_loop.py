@@ -11,10 +11,10 @@ import main
 from config import override, preset
 from environment.vector_env import VectorPortfolioEnv
 from persistence import checkpoint
+from run.launch import start_run
+from run.trainer import Trainer
 from tests.run_checks import deterministic, rows, state_digest
 from tests.synthetic import momentum_prices
-from training.loop import Trainer
-from training.runs import start_run
 
 REQUIRED_KEYS = {
     "generation",
@@ -277,7 +277,7 @@ def test_a_stop_costs_one_vote_per_phase_however_many_updates(tmp_path):
 def test_a_stop_asked_during_the_updates_abandons_the_generation(tmp_path):
     """One process polls its own flag between updates (no collective): the generation is abandoned there and
     nothing of it is written."""
-    from training.loop import RunStopped
+    from run.trainer import RunStopped
 
     config = override(
         preset("smoke"),

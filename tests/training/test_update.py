@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from config import override, preset
-from training.loop import Trainer
-from training.runs import start_run
+from run.launch import start_run
+from run.trainer import Trainer
 
 
 def trainer_with(root, **settings) -> Trainer:

@@ -9,9 +9,9 @@ import torch
 
 from offline.backtest import placement
 from offline.backtest.plan import plan_folds
+from run.sizing import CUDA_CONTEXT_BYTES, host_bytes, process_bytes
 from runtime.sharding import Ranks
 from tests.offline.backtest.builders import backtest_command, refusal, small_config
-from training.sizing import CUDA_CONTEXT_BYTES, host_bytes, process_bytes
 from utils.errors import ConfigError
 
 

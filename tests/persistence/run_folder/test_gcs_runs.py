@@ -10,8 +10,8 @@ from config import override, preset
 from persistence import checkpoint
 from persistence.gcs import open_storage
 from persistence.run_folder import bucket
+from run.launch import start_run
 from tests.run_checks import deterministic, rows, state_digest
-from training.runs import start_run
 
 pytestmark = pytest.mark.slow  # each test trains and uploads runs through the GCS emulator
 

@@ -11,8 +11,8 @@ import pytest
 import main
 from config import override, preset
 from persistence import checkpoint
+from run.launch import start_run
 from tests.run_checks import deterministic, rows, state_digest
-from training.runs import start_run
 
 TRAIN = ["--preset", "smoke", "--seed", "4", "--no-progress", "--device", "cpu"]
 

@@ -1,4 +1,4 @@
-"""What a run's loop is made of (``training.parts``), built once from the config and the market."""
+"""What a run's loop is made of (``run.parts``), built once from the config and the market."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 from config import override, preset
 from environment.loading import load_market
-from training.parts import build_parts
+from run.parts import build_parts
 
 
 def smoke(**settings):

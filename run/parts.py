@@ -4,7 +4,6 @@ streams, the population, the replay buffer, the rollouts, validation, the update
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
@@ -17,31 +16,15 @@ from models.population import Population
 from models.replay import ReplayBuffer
 from models.share import Share
 from persistence.storage import parse_uri
+from run.streams import gate_generator, make_generators
 from runtime.boundary import to_host
 from runtime.compiled import CACHE_FOLDER, Compilation
 from runtime.device import keep_freed_host_memory, set_matmul_precision
 from runtime.sharding import Sharding
+from training.loop import Parts
 from training.rollout import Rollouts, Validation
 from training.selection import SequentialGate, validation_block_length
-from training.streams import gate_generator, make_generators
 from training.update import UpdatePhase
-
-
-class LoopParts(NamedTuple):
-    sharding: Sharding
-    """The slots this process holds (all of them without torchrun), and the collectives over them."""
-    generators: dict[str, torch.Generator]
-    """The run's random streams (``training.streams``)."""
-    population: Population
-    buffer: ReplayBuffer
-    """The replay buffer all agents share: a ring of transitions, never of observations."""
-    rollouts: Rollouts
-    validation: Validation
-    update_phase: UpdatePhase
-    gate: SequentialGate | None
-    """The selection gate (``training.selection``); None with ``selection.method=bonferroni``."""
-    compilation: Compilation
-    """``torch.compile`` around the device arithmetic (``runtime.torch_compile``), and its time."""
 
 
 def build_population(
@@ -52,7 +35,7 @@ def build_population(
     generators: dict[str, torch.Generator],
     share: Share | None = None,
 ) -> Population:
-    """The run's population as its seed initialises it (``generators``: ``training.streams.make_generators``): a
+    """The run's population as its seed initialises it (``generators``: ``run.streams.make_generators``): a
     run's start, and the untrained baseline ``evaluate`` and the backtest score."""
     popsize = config.evolution.popsize
     learner = build_learner(
@@ -67,7 +50,7 @@ def build_population(
     return Population(popsize, learner, generator=generators["init"])
 
 
-def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> LoopParts:
+def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> Parts:
     """The parts of a run's loop on ``market``'s device; ``sharding``: the slots this process holds (all by
     default)."""
     device = market.device
@@ -102,7 +85,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         compilation.actor_(acting, decide=not whole_days)
         if whole_days:
             compilation.day_(phase)
-    return LoopParts(
+    return Parts(
         sharding=sharding,
         generators=generators,
         population=population,

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from training.records import Scores, closest_to_proof, format_line, selection_verdict
+from run.records import Scores, closest_to_proof, format_line, selection_verdict
 from training.selection import TRADING_DAYS, ValidationReturns, edge_bounds, edges
 
 ROW = {

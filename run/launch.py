@@ -21,10 +21,10 @@ from environment.market import Market
 from persistence.provenance import describe_device, device_change_note
 from persistence.run_folder import opening
 from persistence.run_folder.uploader import CheckpointUploader
+from run.sizing import check_memory
+from run.trainer import Trainer
 from runtime.device import resolve_device
 from runtime.sharding import Ranks, Sharding
-from training.loop import Trainer
-from training.sizing import check_memory
 
 
 @dataclasses.dataclass
@@ -209,7 +209,7 @@ def train_to_end(
     on_generation: Callable[[dict[str, Any]], None] | None = None,
 ) -> Trainer:
     """Train the run ``config.checkpoint.uri / run_name`` to ``runtime.generations``: resume it from its last
-    complete generation, or start it (``training.runs.resume_or_start``, as a pod's start command does)."""
+    complete generation, or start it (``run.launch.resume_or_start``, as a pod's start command does)."""
     run = resume_or_start(config, {}, log=log, should_stop=should_stop)
     run.trainer.run(until=config.runtime.generations, on_generation=on_generation)
     run.finish()

@@ -8,12 +8,13 @@ and the machine's (durations, memory), which differ between identical runs (``ME
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from training.selection import TRADING_DAYS, ChampionRecord, ValidationReturns, days_to_prove, t_statistics
+from training.loop import Scores
+from training.selection import TRADING_DAYS, ChampionRecord, days_to_prove, t_statistics
 from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
 
 MEASURED_KEYS = frozenset(
@@ -67,25 +68,6 @@ def block_means(excess: Any, blocks: int = BLOCKS) -> np.ndarray:
     sizes[:longer] += 1
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     return np.add.reduceat(days_per_candidate, starts, axis=1) / sizes  # (N, blocks)
-
-
-class Scores(NamedTuple):
-    """A generation's figures on the host, after its one synchronisation."""
-
-    fitness: torch.Tensor
-    """(P,) training fitness."""
-    returns: ValidationReturns
-    """Daily validation log returns of the agents, the champion and equal weight."""
-    z: float
-    """The critical t the bounds were measured with (``training.selection``)."""
-    last_z: float
-    """The critical t the run's last look would set on these agents (``training.selection.Look``)."""
-    min_edge: float
-    """The annual edge an agent must be proven above (``selection.min_edge``)."""
-    edges: torch.Tensor
-    """(P + 1,) annualised edges over equal weight of the agents and the champion (``training.selection.edges``)."""
-    bounds: torch.Tensor
-    """(P + 1,) their lower bounds at ``z``: positive for a proven edge (``training.selection.edge_bounds``)."""
 
 
 def generation_row(

@@ -1,4 +1,4 @@
-"""The memory check before anything is allocated (training/sizing.py)."""
+"""The memory check before anything is allocated (run/sizing.py)."""
 
 from collections import namedtuple
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import torch
 
 from config import override, preset
 from environment.loading import load_market
-from training import sizing
+from run import sizing
 from utils.errors import ConfigError
 
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""Checkpointing the loop (``training.checkpointing``): a generation is written as it was staged while the next one
+"""Checkpointing the loop (``run.checkpointing``): a generation is written as it was staged while the next one
 trains, every error of a write and every end of a run waits for the write in flight, and the trainer's state goes out
 and comes back as one value."""
 
@@ -14,9 +14,9 @@ import torch
 
 from config import override, preset
 from persistence import checkpoint
+from run.launch import resume_run, start_run
+from run.trainer import RunStopped, Trainer
 from tests.run_checks import deterministic, rows, state_digest
-from training.loop import RunStopped, Trainer
-from training.runs import resume_run, start_run
 
 
 def smoke_run(tmp_path, name: str, **settings):

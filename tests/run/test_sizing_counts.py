@@ -1,4 +1,4 @@
-"""The memory check's counts held against real allocations (training/sizing.py): a population's tensors, the buffer's,
+"""The memory check's counts held against real allocations (run/sizing.py): a population's tensors, the buffer's,
 and what a learner's update allocates."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from config import Config, override, preset
 from environment.observation import WindowGatherer
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
+from run import sizing
 from tests.synthetic import make_market, make_population, replay_batch
-from training import sizing
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
 WIDTHS = {"model.encoder_hidden": 12, "model.embedding": 6, "model.head_hidden": 10}  # distinct, so no size hides

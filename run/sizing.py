@@ -8,7 +8,7 @@ The learner's part is read off the learner itself, whatever its algorithm (``mod
 learner of one agent, and its update's working memory by running the real update, at the run's shapes, on the meta
 device, where tensors have shapes and no memory (``update_working_bytes``). The rest is counted from the shapes the
 code allocates (``models.replay``, ``training.rollout``, ``training.evolution``, ``persistence``).
-``tests/training/test_sizing_counts.py`` holds the counts against a real population and buffer and every allocation
+``tests/run/test_sizing_counts.py`` holds the counts against a real population and buffer and every allocation
 the profiler sees a real update make.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the

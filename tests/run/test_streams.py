@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 import main
 from persistence.provenance import describe_device
-from training.streams import DEVICE_STREAMS, HOST_STREAMS, make_generators, seed_device_streams
+from run.streams import DEVICE_STREAMS, HOST_STREAMS, make_generators, seed_device_streams
 
 H100 = {"type": "cuda", "torch": "2.13.0", "name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "cuda": "12.8"}
 

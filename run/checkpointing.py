@@ -41,9 +41,9 @@ from persistence.generation_contents import (
 from persistence.provenance import describe_device
 from persistence.staging import StagingBuffers
 from persistence.writer import CheckpointWriter
+from run.streams import HOST_STREAMS
 from runtime.sharding import Sharding
 from training.selection import ChampionRecord
-from training.streams import HOST_STREAMS
 from utils.errors import CheckpointError
 
 # ---------------------------------------------------------------------------------------------- the trainer's state
@@ -64,7 +64,7 @@ class TrainerState(NamedTuple):
     """Each optimiser's step count (``BatchedAdam.step_count``), by the name the learner gives it."""
     buffer: ReplayState
     streams: dict[str, torch.Tensor]
-    """The host random streams' states (``training.streams.HOST_STREAMS``)."""
+    """The host random streams' states (``run.streams.HOST_STREAMS``)."""
     gate: dict[str, torch.Tensor] | None
     """The selection gate's state; None for a run without one, or a checkpoint of an earlier version."""
     source: str = "the checkpoint"

@@ -1,0 +1,3 @@
+"""What makes and drives a run: start and resume (``launch``), the parts built once (``parts``), the driver of the
+generation loop (``trainer``), its checkpoints (``checkpointing``), records (``records``), random streams
+(``streams``) and memory check (``sizing``)."""
