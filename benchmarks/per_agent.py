@@ -39,7 +39,7 @@ def split_population(population: Population, *, generator: torch.Generator) -> l
         single = Learner(
             1,
             window_size,
-            population.actor.model,
+            population.actor.widths,
             dataclasses.replace(learner.settings, exploration_min=stdev, exploration_max=stdev),
             cost_rate=learner.cost_rate,
             device=template.device,

@@ -1,10 +1,10 @@
 """The learner: every agent's actor-critic update at once, DDPG or TD3, as one object.
 
-The learner owns the agents' networks (actor, critic, their targets), their optimisers and step counts, and answers
-for all of its parts, so that nothing outside names them: ``update(batch) -> losses`` (by ``losses``' names), its
-networks (``networks``) and every parameter (``network_tensors``), its optimisers by name (``optimisers``, whose
-``step_counts`` a checkpoint holds by that name), what it saves (``agent_tensors``), what an offspring inherits
-(``inheritance``), the methods a compiler may wrap (``compilable``) and what it costs in memory
+The learner owns the agents' networks (actor, critic, their targets), their optimisers and step counts, declares them
+once (``trained``) and answers for all of its parts, so that nothing outside names them: ``update(batch) -> losses`` (by
+``losses``' names), its networks (``networks``) and every parameter (``network_tensors``), its optimisers by name
+(``optimisers``, whose ``step_counts`` a checkpoint holds by that name), what it saves (``agent_tensors``), what an
+offspring inherits (``inheritance``), the methods a compiler may wrap (``compilable``) and what it costs in memory
 (``run.sizing`` builds one on the meta device). ``build_learner`` makes one from a run's config, in one place.
 Each agent's loss depends only on its own slice of the stacked parameters, so the sum of the per-agent losses has,
 for each slice, exactly that agent's gradient: one backward trains all P.
@@ -61,6 +61,20 @@ class Inheritance(NamedTuple):
     """(target, source): a target network that restarts from the offspring's new network."""
 
 
+class Trained(NamedTuple):
+    """What one optimiser trains (``Learner.trained``), moved by the loss of the same name."""
+
+    networks: dict[str, torch.nn.Module]
+    """The networks it trains, by checkpoint prefix."""
+    targets: dict[str, torch.nn.Module]
+    """Their targets, by checkpoint prefix, in the same order (none for a part without targets)."""
+    optimiser: BatchedAdam
+    computed: bool = True
+    """Whether an update computes its loss with these settings (a critic nothing reads is not trained)."""
+    delayed: bool = False
+    """Whether its loss is computed only on the updates that move the actor (TD3's ``policy_delay``)."""
+
+
 def trains_critic(objective: str, gamma: float) -> bool:
     """Whether anything reads a critic: the ``critic`` objective, or a discount above 0 (the next day's value in
     either objective). With the ``model`` objective and ``gamma`` 0 the actor climbs the exact reward alone, and a
@@ -71,8 +85,9 @@ def trains_critic(objective: str, gamma: float) -> bool:
 class Learner:
     """The actor-critic learner of ``agents`` agents (DDPG or TD3, ``settings.algorithm``), batched over them.
 
-    A third algorithm is a class with the same answers (``losses``, ``optimisers``, ``networks``, ``compilable``,
-    ``update``, ``inheritance``), chosen by ``learner.algorithm`` in ``build_learner``.
+    A third algorithm is a subclass that declares what it trains (``trained``: its networks, their targets, its
+    optimisers and losses; the rest is derived) and overrides the losses that differ (``update``, ``actor_loss``...),
+    chosen by ``learner.algorithm`` in ``build_learner``.
 
     Args:
         agents: the agents this learner holds (dim 0 of every tensor).
@@ -106,7 +121,7 @@ class Learner:
         noise_generator: torch.Generator | None = None,
     ) -> None:
         self.settings = settings
-        self.model = model
+        self.widths = model
         self.window_size = window_size
         self.cost_rate = cost_rate
         self.book = book
@@ -149,37 +164,58 @@ class Learner:
         self.noise_generator = noise_generator
         self._smoothing: torch.Tensor | None = None  # TD3's target smoothing noise, this learner's rows
 
-    losses: tuple[str, ...] = ("critic", "actor")
-    """Every loss an update may report, in order (``loss_names``: those this learner's settings compute)."""
     compilable: tuple[str, ...] = ("td_target", "critic_loss", "actor_loss", "average_targets_")
     """The methods a compiler may wrap (``runtime.compiled``): device arithmetic on fixed shapes, nothing drawn or
     decided on the host inside; with the optimisers' steps."""
 
+    def trained(self) -> dict[str, Trained]:
+        """What the learner trains, by the name of its loss and its optimiser: the one declaration its networks,
+        optimisers, losses, checkpoint keys and inheritance are derived from. A new algorithm adds its own."""
+        critics = {"critic": self.critic, "twin_critic": self.twin_critic}
+        targets = {"critic_target": self.critic_target, "twin_critic_target": self.twin_critic_target}
+        return {
+            "actor": Trained(
+                {"actor": self.actor}, {"actor_target": self.actor_target}, self.actor_optim, delayed=True
+            ),
+            "critic": Trained(
+                {name: c for name, c in critics.items() if c is not None},
+                {name: t for name, t in targets.items() if t is not None},
+                self.critic_optim,
+                computed=self.trains_critic,
+            ),
+        }
+
+    @property
+    def losses(self) -> tuple[str, ...]:
+        """Every loss an update may report (``loss_names``: those this learner's settings compute)."""
+        return tuple(self.trained())
+
+    @property
+    def loss_names(self) -> tuple[str, ...]:
+        """The losses ``update`` reports: those of the parts it trains with these settings."""
+        return tuple(name for name, part in self.trained().items() if part.computed)
+
     @property
     def optimisers(self) -> dict[str, BatchedAdam]:
         """The optimisers by name: a checkpoint holds their step counts by it."""
-        return {"actor": self.actor_optim, "critic": self.critic_optim}
+        return {name: part.optimiser for name, part in self.trained().items()}
 
     @property
     def trained_networks(self) -> list[torch.nn.Module]:
         """The networks the optimisers train: the actor and the critics."""
-        return [self.actor, *self.critics]
+        return [network for part in self.trained().values() for network in part.networks.values()]
 
     @property
     def critics(self) -> list[Critic]:
         """The critics trained together: one (DDPG) or twins (TD3)."""
         return [c for c in (self.critic, self.twin_critic) if c is not None]
 
-    @property
-    def loss_names(self) -> tuple[str, ...]:
-        """The losses ``update`` reports, in order: the critics' (when trained) and the actor's."""
-        return ("critic", "actor") if self.trains_critic else ("actor",)
-
     def loss_counts(self, updates: int) -> dict[str, int]:
         """How many of a generation's first ``updates`` updates compute each loss (TD3's actor moves on every
         ``policy_delay``-th)."""
         actor = sum(self.takes_actor_step(index) for index in range(updates))
-        return {name: actor if name == "actor" else updates for name in self.loss_names}
+        trained = self.trained()
+        return {name: actor if trained[name].delayed else updates for name in self.loss_names}
 
     @torch.no_grad()
     def hold_actors_(self, held: torch.Tensor) -> None:
@@ -297,21 +333,14 @@ class Learner:
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.settings.tau)
 
     def trained_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-        """(network, its target) for the actor and every critic."""
-        pairs = [(self.actor, self.actor_target), (self.critic, self.critic_target)]
-        if self.twin_critic is not None:
-            pairs.append((self.twin_critic, self.twin_critic_target))
-        return pairs
+        """(network, its target) for every trained network that has one: the actor and every critic."""
+        return [pair for part in self.trained().values() for pair in zip(part.networks.values(), part.targets.values())]
 
     # ------------------------------------------------------------------ its state
 
     def networks(self) -> dict[str, torch.nn.Module]:
-        """Every network by its checkpoint prefix."""
-        out = {"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target}
-        out["critic_target"] = self.critic_target
-        if self.twin_critic is not None:
-            out.update(twin_critic=self.twin_critic, twin_critic_target=self.twin_critic_target)
-        return out
+        """Every network by its checkpoint prefix: each part's networks and their targets."""
+        return {name: m for part in self.trained().values() for name, m in {**part.networks, **part.targets}.items()}
 
     def agent_tensors(self) -> dict[str, torch.Tensor]:
         """Every stacked tensor of the learner (dim 0 = agent), by checkpoint key: the networks' parameters and both
@@ -323,8 +352,17 @@ class Learner:
         return out
 
     def optimised_names(self) -> dict[str, list[str]]:
-        """Each optimiser's parameters' names, in its order (the keys of its moments in ``agent_tensors``)."""
-        return {"actor": self._names(self.actor), "critic": self._critic_names()}
+        """Each optimiser's parameters' names, in its order (the keys of its moments in ``agent_tensors``): its first
+        network's as they are, a second's after its prefix's first word (``twin_critic``: ``twin.``)."""
+        names = {}
+        for name, part in self.trained().items():
+            first, *others = part.networks
+            names[name] = [
+                f"{prefix}{parameter}"
+                for key, prefix in [(first, ""), *[(other, f"{other.removesuffix('_' + first)}.") for other in others]]
+                for parameter, _ in part.networks[key].named_parameters()
+            ]
+        return names
 
     def step_counts(self) -> dict[str, torch.Tensor]:
         """Each optimiser's steps (0-dim float64 on the device), by the optimiser's name."""
@@ -339,31 +377,25 @@ class Learner:
         }
 
     def inheritance(self) -> Inheritance:
-        """What an offspring inherits: its actor blended (``blended``); from the parent, the actor's moments and,
-        when the critics are trained, the critics, their moments and, when read, their targets (``copied``); the actor
-        target restarts from the new actor when targets are read (``restarted``). Nothing that nothing reads moves."""
+        """What an offspring inherits: its actor blended (``blended``); from the parent, the actor's moments and, for
+        every other part the settings train, its networks, their moments and, when read, their targets (``copied``);
+        the actor target restarts from the new actor when targets are read (``restarted``). Nothing that nothing reads
+        moves."""
         tensors = self.agent_tensors()
+        keep = []
+        for name, part in self.trained().items():
+            if name == "actor":
+                keep.append(f"{name}_optim.")
+            elif part.computed:
+                keep += [f"{network}." for network in part.networks] + [f"{name}_optim."]
+                if self.reads_targets:
+                    keep += [f"{target}." for target in part.targets]
         blended = {k: t for k, t in sorted(tensors.items()) if k.startswith("actor.")}
-        keep = ["actor_optim."]
-        if self.trains_critic:
-            keep += ["critic.", "critic_optim.", "twin_critic."]
-            if self.reads_targets:
-                keep += ["critic_target.", "twin_critic_target."]
         copied = {k: t for k, t in sorted(tensors.items()) if k.startswith(tuple(keep))}
         restarted = []
         if self.reads_targets:
             restarted = list(zip(self.actor_target.parameters(), self.actor.parameters()))
         return Inheritance(blended, copied, restarted)
-
-    @staticmethod
-    def _names(module: torch.nn.Module) -> list[str]:
-        return [name for name, _ in module.named_parameters()]
-
-    def _critic_names(self) -> list[str]:
-        names = self._names(self.critic)
-        if self.twin_critic is not None:
-            names += [f"twin.{name}" for name in self._names(self.twin_critic)]
-        return names
 
 
 LEARNERS: dict[str, type[Learner]] = {"ddpg": Learner, "td3": Learner}

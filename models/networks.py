@@ -145,7 +145,7 @@ class Actor(nn.Module):
         super().__init__()
         self.popsize = popsize
         self.window_size = window_size
-        self.model = model
+        self.widths = model
         self.book = book
         """What the logits become: the target weights of a long-only or a long-short book (``environment.book``)."""
         self.encoder = AssetEncoder(popsize, window_size, model)
@@ -178,7 +178,7 @@ class Actor(nn.Module):
     def agents(self, indices: list[int]) -> Actor:
         """The agents ``indices``, in that order, as an actor of their own (a copy, without gradients)."""
         rows = torch.tensor(indices, dtype=torch.long, device=self.encoder.mlp.layers[0].weight.device)
-        chosen = Actor(len(indices), self.window_size, self.model, book=self.book).to(rows.device)
+        chosen = Actor(len(indices), self.window_size, self.widths, book=self.book).to(rows.device)
         for mine, theirs in zip(chosen.parameters(), self.parameters()):
             mine.copy_(theirs.index_select(0, rows))
         return chosen.requires_grad_(False)
@@ -186,7 +186,7 @@ class Actor(nn.Module):
     def features(self, obs: Observation) -> ActorFeatures:
         """What the heads compute from the market's part of M observations (windows (P or no agent dimension, M, N,
         L * K)) before the weights (``ActorFeatures``)."""
-        embedding = self.model.embedding
+        embedding = self.widths.embedding
         emb = self.encoder(per_agent(obs.windows))  # (P, M, N, D)
         context = emb.mean(dim=2)  # (P, M, D)
         first = self.asset_head.layers[0]
@@ -202,12 +202,12 @@ class Actor(nn.Module):
     def decide(self, features: ActorFeatures, weights: torch.Tensor) -> torch.Tensor:
         """``features`` of M observations and their weights (P, M, N + 1) -> logits (P, M, N + 1)."""
         popsize, hidden = features.cash.shape[0], features.cash.shape[-1]
-        asset_weight = self.asset_head.layers[0].column(2 * self.model.embedding).view(popsize, 1, 1, hidden)
+        asset_weight = self.asset_head.layers[0].column(2 * self.widths.embedding).view(popsize, 1, 1, hidden)
         asset_hidden = torch.relu(torch.addcmul(features.assets, weights[..., 1:, None], asset_weight))  # (P, M, N, H)
         asset_logits = self.asset_head.layers[1](asset_hidden.flatten(1, 2)).view(weights[..., 1:].shape)  # (P, M, N)
         if features.tradable is not None:  # no weight on an asset without a price: masked before the softmax
             asset_logits = asset_logits.masked_fill(~features.tradable, -math.inf)
-        cash_weight = self.cash_head.layers[0].column(self.model.embedding).view(popsize, 1, hidden)
+        cash_weight = self.cash_head.layers[0].column(self.widths.embedding).view(popsize, 1, hidden)
         cash_hidden = torch.relu(torch.addcmul(features.cash, weights[..., :1], cash_weight))  # (P, M, H)
         cash_logit = self.cash_head.layers[1](cash_hidden)  # (P, M, 1)
         return torch.cat([cash_logit, asset_logits], dim=-1)
@@ -227,7 +227,7 @@ class Critic(nn.Module):
     def __init__(self, popsize: int, window_size: int, model: ModelConfig):
         super().__init__()
         self.popsize = popsize
-        self.model = model
+        self.widths = model
         self.encoder = AssetEncoder(popsize, window_size, model)
         self.asset_head = BatchedMLP(popsize, [model.embedding + 2, model.head_hidden], final_activation=True)
         self.value_head = BatchedMLP(popsize, [model.head_hidden + 2, model.head_hidden, 1])
@@ -240,12 +240,12 @@ class Critic(nn.Module):
         """The market's part of M observations -> (P, M, N, H): the asset head's first layer on the embeddings, with
         bias."""
         first = self.asset_head.layers[0]
-        return first.part(self.encoder(per_agent(obs.windows)), 0, self.model.embedding) + first.bias.unsqueeze(1)
+        return first.part(self.encoder(per_agent(obs.windows)), 0, self.widths.embedding) + first.bias.unsqueeze(1)
 
     def value(self, features: torch.Tensor, weights: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``features`` of M observations, their weights and actions (P, M, N + 1) -> Q (P, M)."""
         popsize, hidden = features.shape[0], features.shape[-1]
-        embedding = self.model.embedding
+        embedding = self.widths.embedding
         first = self.asset_head.layers[0]
         asset_in = torch.addcmul(features, weights[..., 1:, None], first.column(embedding).view(popsize, 1, 1, hidden))
         asset_in = torch.addcmul(asset_in, actions[..., 1:, None], first.column(embedding + 1).view(popsize, 1, 1, -1))

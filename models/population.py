@@ -34,7 +34,7 @@ class Population:
             raise ValueError(f"the learner holds agents of a population of {self.share.popsize}, not {popsize}")
         device = learner.actor.encoder.mlp.layers[0].weight.device
         self.device = device
-        learning, window_size, model = learner.settings, learner.window_size, learner.model
+        learning, window_size, model = learner.settings, learner.window_size, learner.widths
         self.champion = Actor(1, window_size, model, book=learner.book).to(device)
         with torch.no_grad():
             self.champion.reset_parameters(generator)

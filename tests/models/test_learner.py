@@ -199,7 +199,7 @@ def test_something_reads_the_critic_with_a_discount_or_the_critic_objective_so_i
     learner = _learner(seed=15, gamma=gamma, actor_objective=objective)
     critic_before = [p.clone() for p in learner.critic.parameters()]
     losses = learner.update(_batch(seed=16))
-    assert learner.loss_names == ("critic", "actor") and torch.isfinite(losses["critic"]).all()
+    assert learner.loss_names == ("actor", "critic") and torch.isfinite(losses["critic"]).all()
     assert all(not torch.equal(p, old) for p, old in zip(learner.critic.parameters(), critic_before))
 
 
@@ -236,7 +236,7 @@ def test_td3_trains_twin_critics_on_the_smaller_of_their_targets_with_clipped_sm
     """The critics' target is r + gamma * min(Q1', Q2') of the target actor's action with noise on its logits, the
     noise drawn from the learner's stream (the same stream gives the same noise) and clipped."""
     learner = _learner(seed=19, algorithm="td3", target_noise=0.3, target_noise_clip=0.4)
-    assert len(learner.critics) == 2 and learner.loss_names == ("critic", "actor")
+    assert len(learner.critics) == 2 and learner.loss_names == ("actor", "critic")
     batch = _batch(seed=20)
     generator_state = learner.noise_generator.get_state()
     noise = torch.randn(P, B, N + 1, generator=learner.noise_generator).mul(0.3).clamp(-0.4, 0.4)

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 import main
+from config import LearnerConfig, ModelConfig
 from models import learner as learner_module
-from models.learner import Inheritance, Learner
+from models.learner import Learner, Trained
 from models.optim import BatchedAdam
 from models.replay import ReplayBatch
 from tests.run_checks import rows, state_digest
@@ -30,63 +31,36 @@ class Temperature(nn.Module):
         self.log_alpha = nn.Parameter(torch.full((agents, 1), -2.0))
 
 
+def entropy(actions: torch.Tensor) -> torch.Tensor:
+    return -(actions * actions.clamp(min=1e-12).log()).sum(-1)  # (P, B)
+
+
 class EntropyLearner(Learner):
     """The actor's objective plus ``alpha * entropy(target weights)``; ``alpha`` learned to keep the entropy near a
-    target (half of equal weight's)."""
-
-    losses = ("critic", "actor", "temperature")
+    target (half of equal weight's). Four members: what it holds, what it trains, and the two losses that differ."""
 
     def __init__(self, agents: int, window_size: int, model, settings, **options) -> None:
         super().__init__(agents, window_size, model, settings, **options)
-        device = options["device"]
-        with torch.device(device):
+        with torch.device(options["device"]):
             self.temperature = Temperature(agents)
         self.temperature_optim = BatchedAdam(list(self.temperature.parameters()), lr=1e-3, max_grad_norm=0.0)
         self.target_entropy = 0.5
 
-    @property
-    def optimisers(self) -> dict[str, BatchedAdam]:
-        return {**super().optimisers, "temperature": self.temperature_optim}
-
-    @property
-    def loss_names(self) -> tuple[str, ...]:
-        return (*super().loss_names, "temperature")
-
-    @property
-    def trained_networks(self) -> list[nn.Module]:
-        return [*super().trained_networks, self.temperature]
-
-    def networks(self) -> dict[str, nn.Module]:
-        return {**super().networks(), "temperature": self.temperature}
-
-    def optimised_names(self) -> dict[str, list[str]]:
-        return {**super().optimised_names(), "temperature": ["log_alpha"]}
-
-    def loss_counts(self, updates: int) -> dict[str, int]:
-        counts = super().loss_counts(updates)
-        return {**counts, "temperature": counts["actor"]}
-
-    def inheritance(self) -> Inheritance:
-        parent = super().inheritance()
-        extra = {"temperature.log_alpha": self.temperature.log_alpha}
-        extra.update({k: t for k, t in self.agent_tensors().items() if k.startswith("temperature_optim.")})
-        return parent._replace(copied={**parent.copied, **extra})
-
-    @staticmethod
-    def entropy(actions: torch.Tensor) -> torch.Tensor:
-        return -(actions * actions.clamp(min=1e-12).log()).sum(-1)  # (P, B)
+    def trained(self) -> dict[str, Trained]:
+        temperature = Trained({"temperature": self.temperature}, {}, self.temperature_optim, delayed=True)
+        return {**super().trained(), "temperature": temperature}
 
     def actor_loss(self, batch: ReplayBatch) -> torch.Tensor:
         alpha = self.temperature.log_alpha.exp().detach()  # (P, 1)
-        bonus = alpha * self.entropy(self.actor(batch.obs))  # (P, B)
+        bonus = alpha * entropy(self.actor(batch.obs))  # (P, B)
         return super().actor_loss(batch) - bonus.mean(dim=1)
 
     def update(self, batch: ReplayBatch, *, actor_step: bool = True) -> dict[str, torch.Tensor]:
         losses = super().update(batch, actor_step=actor_step)
         if actor_step:
             with torch.no_grad():
-                entropy = self.entropy(self.actor(batch.obs)).mean(dim=1, keepdim=True)  # (P, 1)
-            loss = -(self.temperature.log_alpha * (entropy - self.target_entropy)).squeeze(1)  # (P,)
+                spread = entropy(self.actor(batch.obs)).mean(dim=1, keepdim=True)  # (P, 1)
+            loss = -(self.temperature.log_alpha * (spread - self.target_entropy)).squeeze(1)  # (P,)
             self.temperature_optim.zero_grad()
             loss.sum().backward()
             self.temperature_optim.step()
@@ -122,3 +96,22 @@ def test_a_third_learner_trains_resumes_records_and_is_inspected_by_code_that_na
     assert population["trained_networks"] == ["actor", "critic", "temperature"]
     assert population["parameters_per_network"]["temperature"] == 1
     assert report["params_sha256"] is not None
+
+
+def test_a_third_learner_declares_what_it_trains_and_the_rest_is_derived():
+    """Four members (what it holds, what it trains, the two losses that differ): its optimiser, loss, checkpoint keys,
+    step counts and what an offspring inherits come from its one declaration."""
+    members = {name for name in vars(EntropyLearner) if not name.startswith("__") or name == "__init__"}
+    assert members == {"__init__", "trained", "actor_loss", "update"}
+    settings = LearnerConfig(gamma=0.9, actor_objective="critic")
+    learner = EntropyLearner(
+        2, 6, ModelConfig(), settings, cost_rate=0.0, device="cpu", generator=torch.Generator().manual_seed(0)
+    )
+    assert learner.losses == ("actor", "critic", "temperature") == learner.loss_names
+    assert set(learner.optimisers) == {"actor", "critic", "temperature"}
+    assert learner.loss_counts(4) == {"actor": 4, "critic": 4, "temperature": 4}
+    assert learner.optimised_names()["temperature"] == ["log_alpha"]
+    assert "temperature.log_alpha" in learner.agent_tensors()
+    assert learner.trained_networks[-1] is learner.temperature
+    copied = learner.inheritance().copied
+    assert "temperature.log_alpha" in copied and "temperature_optim.exp_avg.log_alpha" in copied
