@@ -57,6 +57,25 @@ class ReplayBatch(NamedTuple):
     (``environment.vector_env.orders_seen_as_sent``); None where that is ``obs.weights`` itself."""
 
 
+def storage_tensors(
+    capacity: int, num_assets: int, *, held: bool, device: torch.device | str
+) -> dict[str, torch.Tensor]:
+    """A buffer's transition storage, zeroed: int32 days, the weight vectors before and after, the action (and with
+    ``held`` the previous order as it filled), the reward and the two flags. On the meta device it has shapes and no
+    memory: what a run needs is counted from it (``run.sizing``)."""
+    n1 = num_assets + 1
+    return {
+        "days": torch.zeros(capacity, dtype=torch.int32, device=device),
+        "weights": torch.zeros(capacity, n1, device=device),
+        "actions": torch.zeros(capacity, n1, device=device),
+        "rewards": torch.zeros(capacity, device=device),
+        "next_weights": torch.zeros(capacity, n1, device=device),
+        **({"held": torch.zeros(capacity, n1, device=device)} if held else {}),
+        "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
+        "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
+    }
+
+
 class ReplayBuffer:
     """A ring of ``capacity`` transitions shared by the population.
 
@@ -103,17 +122,7 @@ class ReplayBuffer:
         self.share = share or Share.whole(sample_shape[0])
         self.pos = 0  # the host's count of where the next transition goes (``commit``)
         self.size = 0
-        n1 = num_assets + 1
-        self.storage: dict[str, torch.Tensor] = {
-            "days": torch.zeros(capacity, dtype=torch.int32, device=device),
-            "weights": torch.zeros(capacity, n1, device=device),
-            "actions": torch.zeros(capacity, n1, device=device),
-            "rewards": torch.zeros(capacity, device=device),
-            "next_weights": torch.zeros(capacity, n1, device=device),
-            **({"held": torch.zeros(capacity, n1, device=device)} if held else {}),
-            "terminated": torch.zeros(capacity, dtype=torch.bool, device=device),
-            "truncated": torch.zeros(capacity, dtype=torch.bool, device=device),
-        }
+        self.storage = storage_tensors(capacity, num_assets, held=held, device=device)
         self._write_pos = torch.zeros((), dtype=torch.long, device=device)  # ``pos``, where ``write`` reads it
         self._windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)
         self._next_windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)

@@ -6,8 +6,9 @@ below is the storage a run allocates once at start (design invariant 1), or the 
 (the phases run one after the other, so the caching allocator serves each from the memory the one before released).
 The learner's part is read off the learner itself, whatever its algorithm (``models.learner``): its tensors from a
 learner of one agent, and its update's working memory by running the real update, at the run's shapes, on the meta
-device, where tensors have shapes and no memory (``update_working_bytes``). The rest is counted from the shapes the
-code allocates (``models.replay``, ``training.rollout``, ``training.evolution``, ``persistence``).
+device, where tensors have shapes and no memory (``update_working_bytes``); the replay buffer's storage likewise, from
+its own declaration (``models.replay.storage_tensors``). The rest is counted from the shapes the code allocates
+(``training.rollout``, ``training.evolution``, ``persistence``).
 ``tests/run/test_sizing_counts.py`` holds the counts against a real population and buffer and every allocation
 the profiler sees a real update make.
 
@@ -35,8 +36,9 @@ from config import Config
 from environment.kernel import Fill
 from environment.market import Market
 from environment.observation import Observation, window_size
+from environment.vector_env import sees_orders_as_sent
 from models.learner import Learner, build_learner
-from models.replay import ReplayBatch
+from models.replay import ReplayBatch, storage_tensors
 from training import rollout as rollout_module
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
@@ -284,13 +286,12 @@ def working_bytes(
 
 
 def buffer_tensor_bytes(config: Config, *, num_assets: int, tradable_mask: bool = True) -> list[int]:
-    """Bytes of each of the buffer's tensors (``models.replay``): int32 days, three weight vectors (four where a
-    decision sees the previous order as sent: a delay of two days or more in a market with a ``tradable_mask`` or at
-    a cadence above a day), reward, flags."""
-    capacity, n1 = config.learner.buffer_size, num_assets + 1
-    sent = config.env.execution_delay >= 2 and (tradable_mask or config.env.rebalance_every > 1)
-    vectors = 4 if sent else 3
-    return [capacity * 4, *[capacity * n1 * FLOAT_BYTES] * vectors, capacity * FLOAT_BYTES, capacity, capacity]
+    """Bytes of each of the buffer's tensors, read off its storage on the meta device (``models.replay``); it keeps the
+    previous order as it filled where a decision sees it as sent (``environment.vector_env.sees_orders_as_sent``)."""
+    env = config.env
+    held = sees_orders_as_sent(env.execution_delay, env.rebalance_every, partly_tradable=tradable_mask)
+    storage = storage_tensors(config.learner.buffer_size, num_assets, held=held, device="meta")
+    return [tensor.nbytes for tensor in storage.values()]
 
 
 def process_bytes(
