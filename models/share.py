@@ -37,3 +37,35 @@ class Share(NamedTuple):
         """``sample((popsize, *trailing), **options)`` (``torch.randn``, ``torch.rand``...): drawn for the whole
         population, the rows held here kept."""
         return self.mine(sample((self.popsize, *trailing), **options))
+
+
+class Donors(NamedTuple):
+    """Where offspring read their donors' rows: slot ``s`` is row ``row_of[s]`` of each table.
+
+    In one process the tables are the tensors themselves (``local``); with the population split over processes each
+    table is the rows held here followed by the rows fetched from other ranks (``runtime.sharding.Sharding.donors``).
+    """
+
+    tables: list[torch.Tensor]
+    """One per tensor the rows are read for, in the same order."""
+    row_of: torch.Tensor
+    """(P,) long, on the tables' device: -1 for a slot that is neither held nor fetched."""
+    share: Share
+    """The agents whose rows the tensors hold (row ``s - share.slots.start`` is slot ``s``)."""
+
+    @classmethod
+    def local(
+        cls,
+        tensors: list[torch.Tensor],
+        donors: list[torch.Tensor] | None = None,
+        offspring: torch.Tensor | None = None,
+    ) -> Donors:
+        """Every slot of the population in the tensors themselves (one process holds them all); ``donors`` and
+        ``offspring`` are what a split population would fetch (``runtime.sharding.Sharding.donors``)."""
+        popsize = tensors[0].shape[0]
+        return cls(tensors, torch.arange(popsize, device=tensors[0].device), Share.whole(popsize))
+
+    def held(self, slots: torch.Tensor) -> torch.Tensor:
+        """Those of ``slots`` held here."""
+        mine = self.share.slots
+        return slots[(slots >= mine.start) & (slots < mine.stop)]

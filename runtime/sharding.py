@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from models.share import Share
+from models.share import Donors, Share
 from utils.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -325,6 +325,23 @@ class Sharding:
         for tensor in tensors:
             dist.broadcast(tensor, src=src, group=self._device_group)
 
+    def donors(self, group: list[torch.Tensor], donors: list[torch.Tensor], offspring: torch.Tensor) -> Donors:
+        """Where the ``offspring`` slots held here find their ``donors``' rows of ``group`` (one (P,) tensor of donor
+        slots per kind of donor: parents, mates): the tensors themselves in one process; with several, the rows held
+        here followed by those fetched from other ranks in one all-to-all (``fetch_rows``)."""
+        if not self.distributed:
+            return Donors.local(group)
+        share, agents = self.share, self.share.agents
+        blocks = [range(r * agents, (r + 1) * agents) for r in range(self.ranks.world_size)]
+        needs = slots_to_fetch(offspring, donors, blocks)
+        fetched = self.fetch_rows(group, needs)
+        mine = needs[self.ranks.rank]
+        row_of = torch.full((self.popsize,), -1, dtype=torch.long)
+        share.mine(row_of)[:] = torch.arange(agents)
+        row_of[mine] = agents + torch.arange(len(mine))
+        tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
+        return Donors(tables, row_of.to(self.device), share)
+
     def fetch_rows(self, tensors: list[torch.Tensor], needs: list[list[int]]) -> list[torch.Tensor]:
         """Rows held by other ranks, for evolution: ``needs[r]`` are the slots rank r wants from others (ascending,
         none of its own). Returns, for each of ``tensors``, (len(needs[rank]), ...) rows in that order.
@@ -360,3 +377,15 @@ class Sharding:
         for key in sorted(local):
             parts = list(full[key].chunk(self.ranks.world_size)) if self.is_leader else None
             dist.gather(local[key], parts, dst=0)
+
+
+def slots_to_fetch(offspring: torch.Tensor, donors: list[torch.Tensor], blocks: list[range]) -> list[list[int]]:
+    """For each process's block of slots, the slots outside it that its ``offspring`` descend from (ascending): the
+    slot each of ``donors`` (one (P,) tensor of donor slots per kind of donor) names for them."""
+    children = offspring.tolist()
+    donors_of = [donor.tolist() for donor in donors]
+    needs = []
+    for block in blocks:
+        wanted = {donor[s] for donor in donors_of for s in children if s in block}
+        needs.append(sorted(d for d in wanted if d not in block))
+    return needs

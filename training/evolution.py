@@ -17,13 +17,13 @@ where they are trained and read); a target network restarts from the offspring's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from models.population import Population
-from models.share import Share
-from runtime.sharding import Sharding
+from models.share import Donors, Share
 
 
 class EvolutionPlan(NamedTuple):
@@ -95,52 +95,12 @@ def plan_generation(
     )
 
 
-class Donors(NamedTuple):
-    """Where offspring read their parents' and mates' rows: slot ``s`` is row ``row_of[s]`` of each table.
-
-    In one process the tables are the tensors themselves; with the population sharded over processes
-    (``runtime.sharding``) each table is the rows held here followed by the rows fetched from other ranks.
-    """
-
-    tables: list[torch.Tensor]
-    """One per tensor the plan is applied to, in the same order."""
-    row_of: torch.Tensor
-    """(P,) long, on the tables' device: -1 for a slot that is neither held nor fetched."""
-    share: Share
-    """The agents whose rows the tensors hold (row ``s - share.slots.start`` is slot ``s``)."""
-
-    @classmethod
-    def local(cls, tensors: list[torch.Tensor]) -> Donors:
-        """Every slot of the population in the tensors themselves (one process holds them all)."""
-        popsize = tensors[0].shape[0]
-        return cls(tensors, torch.arange(popsize, device=tensors[0].device), Share.whole(popsize))
-
-    def offspring(self, plan: EvolutionPlan) -> torch.Tensor:
-        """The offspring slots held here."""
-        slots = plan.offspring
-        held = self.share.slots
-        return slots[(slots >= held.start) & (slots < held.stop)]
-
-
-def slots_to_fetch(plan: EvolutionPlan, blocks: list[range], *, mates: bool = True) -> list[list[int]]:
-    """For each process's block of slots, the slots outside it that its offspring descend from (ascending): their
-    parents, and their mates too unless ``mates`` is False (only actors are blended, so the other tensors need
-    parents alone)."""
-    offspring = plan.offspring.tolist()
-    donors_of = [plan.parents.tolist(), *([plan.mates.tolist()] if mates else [])]
-    needs = []
-    for block in blocks:
-        donors = {donor[s] for donor in donors_of for s in offspring if s in block}
-        needs.append(sorted(d for d in donors if d not in block))
-    return needs
-
-
 @torch.no_grad()
 def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors | None = None) -> None:
     """Offspring slots of every tensor become their parent's slice; elites are not touched. The plan is on
     the tensors' device."""
     donors = donors or Donors.local(tensors)
-    slots = donors.offspring(plan)
+    slots = donors.held(plan.offspring)
     if slots.numel() == 0:
         return
     parents = donors.row_of[plan.parents[slots]]
@@ -152,7 +112,7 @@ def copy_from_parents_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors:
 def crossover_(tensors: list[torch.Tensor], plan: EvolutionPlan, donors: Donors | None = None) -> None:
     """Offspring slots become ``blend * parent + (1 - blend) * mate`` (an exact copy where blend is 1)."""
     donors = donors or Donors.local(tensors)
-    slots = donors.offspring(plan)
+    slots = donors.held(plan.offspring)
     if slots.numel() == 0:
         return
     parents, mates, blend = donors.row_of[plan.parents[slots]], donors.row_of[plan.mates[slots]], plan.blend[slots]
@@ -189,6 +149,11 @@ def mutate_(
         tensor.copy_(torch.where(chosen, tensor + noise, tensor))
 
 
+DonorSource = Callable[[list[torch.Tensor], list[torch.Tensor], torch.Tensor], Donors]
+"""(tensors, donor slots of each offspring slot (one (P,) tensor per donor), offspring slots) -> where their rows
+are: ``Donors.local`` in one process, ``runtime.sharding.Sharding.donors`` for a population split over several."""
+
+
 @torch.no_grad()
 def evolve_(
     population: Population,
@@ -197,36 +162,19 @@ def evolve_(
     mutation_fraction: float,
     mutation_stdev: float,
     generator: torch.Generator,
-    sharding: Sharding | None = None,
+    donors: DonorSource = Donors.local,
 ) -> None:
     """Apply ``plan`` (made on the host, the same on every process) to every agent tensor of ``population`` in
-    place (see the module docstring); ``generator`` draws the mutations on the population's device. With the
-    population sharded, the rows of donors held by other processes are fetched first: the tensors copied from
-    parents in one all-to-all, the actors of parents and mates in another."""
+    place (see the module docstring); ``generator`` draws the mutations on the population's device; ``donors`` finds
+    the parents' and mates' rows (for a split population, fetched from the processes that hold them: the tensors
+    copied from parents in one exchange, the actors of parents and mates in another)."""
     share = population.share
     inheritance = population.learner.inheritance()
     actor_tensors = list(inheritance.blended.values())
     parent_tensors = list(inheritance.copied.values())
-    blocks = None
-    if sharding is not None and sharding.distributed:
-        agents = sharding.share.agents
-        blocks = [range(r * agents, (r + 1) * agents) for r in range(sharding.ranks.world_size)]
-    device_plan = plan.to(population.device)
-
-    def donors_of(group: list[torch.Tensor], *, mates: bool) -> Donors:
-        if blocks is None:
-            return Donors.local(group)
-        needs = slots_to_fetch(plan, blocks, mates=mates)
-        fetched = sharding.fetch_rows(group, needs)
-        mine = needs[sharding.ranks.rank]
-        row_of = torch.full((population.popsize,), -1, dtype=torch.long)
-        share.mine(row_of)[:] = torch.arange(share.agents)
-        row_of[mine] = share.agents + torch.arange(len(mine))
-        tables = [torch.cat([tensor, rows]) for tensor, rows in zip(group, fetched)]
-        return Donors(tables, row_of.to(population.device), share)
-
-    copy_from_parents_(parent_tensors, device_plan, donors_of(parent_tensors, mates=False))
-    actor_donors = donors_of(actor_tensors, mates=True)
+    offspring, device_plan = plan.offspring, plan.to(population.device)
+    copy_from_parents_(parent_tensors, device_plan, donors(parent_tensors, [plan.parents], offspring))
+    actor_donors = donors(actor_tensors, [plan.parents, plan.mates], offspring)
     crossover_(actor_tensors, device_plan, actor_donors)
     mutate_(
         actor_tensors,
@@ -237,6 +185,6 @@ def evolve_(
         share=share,
     )
     # Each offspring's restarted targets (its actor's, when targets are read) start from its new networks.
-    slots = actor_donors.offspring(device_plan) - share.slots.start
+    slots = actor_donors.held(device_plan.offspring) - share.slots.start
     for target, source in inheritance.restarted:
         target.index_copy_(0, slots, source[slots])

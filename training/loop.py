@@ -232,7 +232,7 @@ class GenerationLoop:
             mutation_fraction=evolution.mutation_fraction,
             mutation_stdev=evolution.mutation_stdev,
             generator=self.generators["mutation"],
-            sharding=self.sharding,
+            donors=self.sharding.donors,
         )
         self.timer.mark("evolve_s")
         return plan

@@ -25,12 +25,12 @@ from models.replay import ReplayBuffer
 from models.share import Share
 from persistence import checkpoint
 from persistence.run_folder.opening import RESUMABLE_CHANGES
-from runtime.sharding import Ranks, Sharding, check_node_address
+from runtime.sharding import Ranks, Sharding, check_node_address, slots_to_fetch
 from tests import hold_points, loopback_only
 from tests.gcs_server import emulator_binary
 from tests.run_checks import deterministic, finish, rows, state_digest, wait_for
 from tests.synthetic import make_market, make_population
-from training.evolution import plan_generation, slots_to_fetch
+from training.evolution import plan_generation
 from utils.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # each test runs torchrun with several processes
@@ -383,7 +383,8 @@ def test_each_block_fetches_exactly_the_donors_it_lacks():
             mutation_prob=0.5,
             generator=torch.Generator().manual_seed(seed),
         )
-        needs, parent_needs = slots_to_fetch(plan, blocks), slots_to_fetch(plan, blocks, mates=False)
+        needs = slots_to_fetch(plan.offspring, [plan.parents, plan.mates], blocks)
+        parent_needs = slots_to_fetch(plan.offspring, [plan.parents], blocks)
         for block, need, parent_need in zip(blocks, needs, parent_needs):
             offspring = [s for s in plan.offspring.tolist() if s in block]
             parents = {int(plan.parents[s]) for s in offspring}
