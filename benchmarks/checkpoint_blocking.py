@@ -48,7 +48,7 @@ import torch
 
 from config import Config, override, parse_assignments, preset
 from environment.loading import load_market
-from persistence import checkpoint, jsonl
+from persistence import checkpoint, committing, jsonl
 from persistence.generation_contents import buffer_groups
 from run.trainer import Trainer
 from utils.telemetry import format_bytes
@@ -134,11 +134,11 @@ def synchronous_checkpoint(trainer: Trainer, row: dict[str, Any]) -> None:
     }
     history = [*jsonl.read_rows(trainer.checkpoints.metrics_path), row]
     document = trainer.checkpoints.state_document(state, optimiser_steps(trainer))
-    checkpoint.write_generation(
+    committing.write_generation(
         trainer.run_dir, trainer.generation, tensors=tensors, documents={"state": document, "history": history}
     )
     keep_last = trainer.config.checkpoint.keep_last
-    checkpoint.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion.generation})
+    committing.prune_generations(trainer.run_dir, keep_last=keep_last, protect={trainer.champion.generation})
     jsonl.append_row(trainer.checkpoints.metrics_path, row)
 
 

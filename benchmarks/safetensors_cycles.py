@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from persistence.checkpoint import encode_tensor_group
+from persistence.committing import encode_tensor_group
 
 CALLS = 100
 
@@ -36,7 +36,7 @@ def main() -> None:
     }
     path = Path(tempfile.mkdtemp()) / "group.safetensors"
     writers = {
-        "persistence.checkpoint.encode_tensor_group": lambda: encode_tensor_group("group", group),
+        "persistence.committing.encode_tensor_group": lambda: encode_tensor_group("group", group),
         "safetensors.torch.save": lambda: safetensors.torch.save(group),
         "safetensors.torch.save_file": lambda: safetensors.torch.save_file(group, path),
     }

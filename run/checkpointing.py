@@ -27,7 +27,7 @@ import torch
 from config import Config
 from environment.market import Market
 from models.replay import ReplayState
-from persistence import checkpoint, jsonl, run_folder
+from persistence import checkpoint, committing, jsonl, run_folder
 from persistence.generation_contents import (
     GATE,
     POPULATION,
@@ -179,7 +179,7 @@ class Checkpointing:
             started = time.perf_counter()
             history = [*jsonl.read_rows(metrics_path), *(jsonl.finite_or_null(row) for row in rows)]
             # Given the retention, unchanged files are linked only to a generation it deletes right after.
-            checkpoint.write_generation(
+            committing.write_generation(
                 run_dir,
                 generation,
                 tensors=tensors,
@@ -187,7 +187,7 @@ class Checkpointing:
                 keep_last=keep_last,
                 protect=protect,
             )
-            checkpoint.prune_generations(run_dir, keep_last=keep_last, protect=protect)
+            committing.prune_generations(run_dir, keep_last=keep_last, protect=protect)
             # The rows reach metrics.jsonl only once their generations are committed.
             held = [{**row, "checkpoint_write_s": 0.0} for row in rows[:-1]]
             jsonl.append_rows(metrics_path, [*held, {**rows[-1], "checkpoint_write_s": time.perf_counter() - started}])
@@ -259,7 +259,7 @@ class Checkpointing:
             # The metrics file on disk may hold rows past this checkpoint (a crash after the row, before the commit);
             # the checkpoint's own history is the truth.
             rows = b"".join(jsonl.encode_row(row) for row in documents["history"])
-            checkpoint.write_file_atomically(self.metrics_path, rows)  # never a half-rebuilt file
+            committing.write_file_atomically(self.metrics_path, rows)  # never a half-rebuilt file
         source = str(generation_files.path) if generation_files is not None else "the checkpoint"
         try:
             buffer = buffer_from_groups({n: g for n, g in tensors.items() if holds_the_buffer(n)})

@@ -355,7 +355,7 @@ def host_bytes(
     """Bytes the processes of one machine need in host memory besides the training device's: a checkpoint's staging
     buffers (``persistence.staging``; each process stages its slots, the leader the buffer, and with several processes
     the leader gathers the whole population into buffers of its own), the checkpoint the writer thread holds as bytes
-    while it writes (``persistence.checkpoint.encode_tensor_group``), and the selection gate's resamples.
+    while it writes (``persistence.committing.encode_tensor_group``), and the selection gate's resamples.
     ``pinned``: staging buffers on CUDA are pinned, and the pinned allocator rounds each up to a power of two."""
     popsize = config.evolution.popsize
     agents = popsize // processes

@@ -1,6 +1,6 @@
 """Stop a run at a named moment, so a test can SIGKILL it exactly there.
 
-Test-only: it wraps a trainer phase and three steps of ``persistence.checkpoint.write_generation`` from the outside,
+Test-only: it wraps a trainer phase and three steps of ``persistence.committing.write_generation`` from the outside,
 so product code carries no hook. The moment inside a generation's training:
 
 * ``updating``: the generation's learner updates are about to run (its rollouts, validation and evolution are done); the
@@ -35,7 +35,7 @@ _TMP_DIR = re.compile(r"\.gen-(\d+)\.tmp-\d+")
 
 
 def install(spec: str) -> None:
-    from persistence import checkpoint
+    from persistence import checkpoint, committing
     from run.trainer import Trainer
 
     moment, _, only = spec.partition("@")
@@ -52,7 +52,7 @@ def install(spec: str) -> None:
         match = _TMP_DIR.fullmatch(path.name)
         return int(match.group(1)) if match else None
 
-    write_durably, fsync_dir, write_latest = checkpoint._write_durably, checkpoint._fsync_dir, checkpoint.write_latest
+    write_durably, fsync_dir, write_latest = committing._write_durably, committing._fsync_dir, committing.write_latest
 
     def write_durably_then_pause(path: Path, data: bytes) -> None:
         generation = in_temporary_folder(path.parent)
@@ -83,9 +83,9 @@ def install(spec: str) -> None:
 
     Trainer._update = pause_then_update
     Trainer._record = say_then_record
-    checkpoint._write_durably = write_durably_then_pause
-    checkpoint._fsync_dir = fsync_dir_then_pause
-    checkpoint.write_latest = write_latest_between_pauses
+    committing._write_durably = write_durably_then_pause
+    committing._fsync_dir = fsync_dir_then_pause
+    committing.write_latest = write_latest_between_pauses
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from offline.backtest.progress import FoldBoard
 from offline.backtest.report import OUTPUTS, summarise, table, write_outputs
 from offline.backtest.results import result_path, run_fold, stored_result
 from offline.backtest.workers import FoldCrashedError, FoldsStopped, WorkerPool
-from persistence import checkpoint
+from persistence import committing
 from runtime.device import resolve_device
 from utils.cli import ArgumentParser
 from utils.errors import ConfigError, InputError
@@ -56,7 +56,7 @@ class Opening:
         """Create the folder and its plan (a new backtest); a continued one has both."""
         if self.plan is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            checkpoint.write_file_atomically(self.folder / "plan.json", self.plan)
+            committing.write_file_atomically(self.folder / "plan.json", self.plan)
 
 
 def check_backtest(folder: Path, config: Config, folds: list[Fold], mine: list[Fold] | None = None) -> Opening:

@@ -15,7 +15,7 @@ from offline.backtest.inference import family_verdict, pooled_test
 from offline.backtest.results import STRATEGIES
 from offline.holdout import INDEX
 from offline.procedures import TRADER_NAMES, TRADERS
-from persistence import checkpoint
+from persistence import committing
 
 OUTPUTS = ("summary.json", "summary.csv", "backtest.png")
 """The report's files in the backtest's folder."""
@@ -228,7 +228,7 @@ def write_outputs(
     ``benchmark``: what the index is."""
     from offline.plots import SeriesPanel, plot_equity
 
-    checkpoint.write_file_atomically(
+    committing.write_file_atomically(
         folder / "summary.json", (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode()
     )
     with (folder / "summary.csv").open("w") as out:

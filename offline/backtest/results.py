@@ -16,7 +16,7 @@ from offline.holdout import INDEX, score_traders
 from offline.overfitting import diagnose
 from offline.procedures import TRADERS, traders
 from offline.risk import METRICS
-from persistence import checkpoint, jsonl
+from persistence import checkpoint, committing, jsonl
 from persistence.generation_contents import read_state
 from run.launch import train_to_end
 from utils.errors import CheckpointError, ConfigError
@@ -244,7 +244,7 @@ def run_fold(
     }
     path = result_path(folder, fold)
     path.parent.mkdir(exist_ok=True)
-    checkpoint.write_file_atomically(path, (json.dumps(result, allow_nan=False) + "\n").encode())
+    committing.write_file_atomically(path, (json.dumps(result, allow_nan=False) + "\n").encode())
     return result
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from offline.tearsheet.sections import SECTION_WRITERS
 from offline.tearsheet.sheet import DEFINITIONS, SECTIONS, Sheet, paragraph, table_html
-from persistence import checkpoint
+from persistence import committing
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;max-width:1200px;
@@ -101,5 +101,5 @@ def render(sheet: Sheet) -> str:
 
 def write_page(path: Path, sheet: Sheet) -> str:
     """Write ``render(sheet)`` to ``path`` (replaced atomically); returns the file's name."""
-    checkpoint.write_file_atomically(path, render(sheet).encode("utf-8"))
+    committing.write_file_atomically(path, render(sheet).encode("utf-8"))
     return path.name

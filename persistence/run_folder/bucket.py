@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from persistence.gcs import open_storage
 from persistence.run_folder.names import CONFIG_NAME
 from persistence.storage import PreconditionFailed, Storage, parse_uri
@@ -192,5 +192,5 @@ def fetch_generation(
         left = _download_generation(storage, f"{run_key}/{gen_dir.name}", gen_dir, skip=skip)
     except FileNotFoundError as error:
         raise CheckpointError(f"{uri}: not a complete checkpoint in the bucket ({error})") from None
-    checkpoint.write_latest(run_dir, generation)
+    committing.write_latest(run_dir, generation)
     return gen_dir, tuple(left)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Config, dotted, override
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from persistence.gcs import open_storage
 from persistence.generation_contents import read_state
 from persistence.run_folder import bucket, recovery
@@ -136,7 +136,7 @@ def create(opened: Opened) -> None:
     checkpoint)."""
     opened.run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path(opened.run_dir).unlink(missing_ok=True)
-    checkpoint.write_file_atomically(config_path(opened.run_dir), (opened.config.to_json() + "\n").encode())
+    committing.write_file_atomically(config_path(opened.run_dir), (opened.config.to_json() + "\n").encode())
 
 
 def _check_same_settings(stored: Config, wanted: Config, where: str) -> None:

@@ -15,7 +15,7 @@ import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from persistence.run_folder import bucket
 from persistence.storage import Storage
 from utils.errors import CheckpointError, one_line
@@ -128,7 +128,7 @@ def pass_over(
     damaged = found.damaged
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     passed = [
-        f"{damage.where} as {checkpoint.set_aside(run_dir, damage.generation, stamp).name} "
+        f"{damage.where} as {committing.set_aside(run_dir, damage.generation, stamp).name} "
         f"({one_line(damage.problem, 160)})"
         for damage in damaged
         if not damage.in_bucket
@@ -136,7 +136,7 @@ def pass_over(
     if found.staged is not None:
         found.staged.rename(run_dir / checkpoint.generation_dirname(found.generation))
     if _pointer(run_dir) != found.generation:
-        checkpoint.write_latest(run_dir, found.generation)
+        committing.write_latest(run_dir, found.generation)
     if found.bucket_latest is not None and found.bucket_latest > found.generation:
         # The generations written again are uploaded under a LATEST that names none of them: the newest the bucket
         # holds up to the one the run continues from (which resume_run uploads first when the bucket lacks it).

@@ -43,12 +43,12 @@ from persistence.checkpoint import (
     MANIFEST_NAME,
     file_digests,
     generation_dirname,
-    generations_to_delete,
     latest_bytes,
     parse_dirname,
     parse_latest,
     parse_manifest,
 )
+from persistence.committing import generations_to_delete
 from persistence.jsonl import committed_length
 from persistence.run_folder.names import CONFIG_NAME, METRICS_NAME
 from persistence.storage import PreconditionFailed, Storage, check_key

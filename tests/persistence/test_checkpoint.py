@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from persistence.checkpoint import (
     FORMAT_VERSION,
     complete_generations,
@@ -25,12 +25,11 @@ from persistence.checkpoint import (
     latest_generation,
     newest_intact,
     open_generation,
-    prune_generations,
     read_document,
     read_tensors,
     verify_generation,
-    write_generation,
 )
+from persistence.committing import prune_generations, write_generation
 from utils.errors import CheckpointError, InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -181,7 +180,7 @@ def test_failure_while_writing_leaves_no_trace(tmp_path, monkeypatch):
     def crash(path):
         raise KeyboardInterrupt  # as Ctrl-C after the manifest is written, before the folder is renamed
 
-    monkeypatch.setattr(checkpoint, "_fsync_dir", crash)
+    monkeypatch.setattr(committing, "_fsync_dir", crash)
     with pytest.raises(KeyboardInterrupt):
         _write(tmp_path, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "gen-000001"]
@@ -472,7 +471,7 @@ import sys
 from pathlib import Path
 import torch
 from tests.pause_points import install
-from persistence.checkpoint import write_generation
+from persistence.committing import write_generation
 install(sys.argv[2])
 write_generation(Path(sys.argv[1]), 2, tensors={"actor": {"w": torch.ones(3)}}, documents={"state": {"seed": 2}})
 """
@@ -628,14 +627,14 @@ def test_a_damaged_earlier_file_is_written_anew_not_linked(tmp_path):
 
 def test_a_file_written_atomically_is_the_old_one_or_the_new_one(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
-    checkpoint.write_file_atomically(path, b"old\n")
+    committing.write_file_atomically(path, b"old\n")
     with monkeypatch.context() as patch:  # the process dies after writing the temporary, before the rename
         patch.setattr(checkpoint.os, "replace", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
-            checkpoint.write_file_atomically(path, b"new, longer\n")
+            committing.write_file_atomically(path, b"new, longer\n")
     assert path.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
-    checkpoint.write_file_atomically(path, b"new\n")
+    committing.write_file_atomically(path, b"new\n")
     assert path.read_bytes() == b"new\n" and [p.name for p in tmp_path.iterdir()] == ["config.json"]
     assert checkpoint.is_leftover(f".config.json.tmp-{os.getpid()}") and not checkpoint.is_leftover("config.json")
 
@@ -644,12 +643,12 @@ def test_a_generation_set_aside_is_kept_and_no_longer_read(tmp_path):
     for generation in (1, 2, 3):
         _write(tmp_path, generation, seed=generation)
     written = {p.name: p.read_bytes() for p in (tmp_path / "gen-000003").iterdir()}
-    aside = checkpoint.set_aside(tmp_path, 3, "20250101T000000Z")
+    aside = committing.set_aside(tmp_path, 3, "20250101T000000Z")
     assert aside.name == "gen-000003.damaged-20250101T000000Z"
     assert {p.name: p.read_bytes() for p in aside.iterdir()} == written
     assert [g for g, _ in generation_folders(tmp_path)] == [2, 1] and latest_generation(tmp_path) == 2
     _write(tmp_path, 3, seed=9)  # the generation written again under its number
-    assert checkpoint.set_aside(tmp_path, 3, "20250101T000000Z").name == "gen-000003.damaged-20250101T000000Z-2"
+    assert committing.set_aside(tmp_path, 3, "20250101T000000Z").name == "gen-000003.damaged-20250101T000000Z-2"
     assert prune_generations(tmp_path, keep_last=0) == [1]
     assert sorted(p.name for p in tmp_path.glob("gen-*")) == [
         "gen-000002",

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from config import override, preset
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from run.launch import resume_run, start_run
 from run.trainer import RunStopped, Trainer
 from tests.run_checks import deterministic, rows, state_digest
@@ -51,7 +51,7 @@ def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_
     trainer = smoke_run(tmp_path, "delayed").trainer
     next_generation_trained = threading.Event()
     threads: list[str] = []
-    write_generation = checkpoint.write_generation
+    write_generation = committing.write_generation
 
     def write_after_the_next_generation_trained(run_dir, generation, **kwargs):
         threads.append(threading.current_thread().name)
@@ -67,7 +67,7 @@ def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_
             next_generation_trained.set()
         return result
 
-    monkeypatch.setattr(checkpoint, "write_generation", write_after_the_next_generation_trained)
+    monkeypatch.setattr(committing, "write_generation", write_after_the_next_generation_trained)
     monkeypatch.setattr(trainer, "_update", update_then_say_so)
     trainer.run(until=2)
 
@@ -82,14 +82,14 @@ def test_a_generation_is_written_as_it_was_staged_while_the_next_one_trains(tmp_
 @pytest.mark.parametrize("failing", [2, 3])
 def test_a_failed_write_is_raised_in_the_training_thread(tmp_path, monkeypatch, failing, writer_threads):
     trainer = smoke_run(tmp_path, "r").trainer
-    write_generation = checkpoint.write_generation
+    write_generation = committing.write_generation
 
     def disk_full_at(run_dir, generation, **kwargs):
         if generation == failing:
             raise OSError(f"no space left on device writing generation {generation}")
         return write_generation(run_dir, generation, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "write_generation", disk_full_at)
+    monkeypatch.setattr(committing, "write_generation", disk_full_at)
     # Generation 2's error comes out at generation 3's checkpoint; the last generation's at the end of the run.
     with pytest.raises(OSError, match=f"writing generation {failing}"):
         trainer.run(until=3)
@@ -104,13 +104,13 @@ def test_a_stop_returns_only_once_the_last_staged_generation_is_committed(tmp_pa
     run = smoke_run(tmp_path, "r")
     trainer = run.trainer
     trainer.should_stop = stop.is_set
-    write_generation = checkpoint.write_generation
+    write_generation = committing.write_generation
 
     def slow_write(run_dir, generation, **kwargs):
         time.sleep(0.5)  # still writing when the stop is noticed
         return write_generation(run_dir, generation, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "write_generation", slow_write)
+    monkeypatch.setattr(committing, "write_generation", slow_write)
     with pytest.raises(RunStopped) as stopped:
         trainer.run(until=5, on_generation=lambda row: stop.set() if row["generation"] == 2 else None)
     assert stopped.value.generation == 2
@@ -122,13 +122,13 @@ def test_a_stop_returns_only_once_the_last_staged_generation_is_committed(tmp_pa
 
 def test_finishing_a_run_waits_for_the_write_in_flight(tmp_path, monkeypatch, writer_threads):
     run = smoke_run(tmp_path, "r")
-    write_generation = checkpoint.write_generation
+    write_generation = committing.write_generation
 
     def slow_write(run_dir, generation, **kwargs):
         time.sleep(0.5)
         return write_generation(run_dir, generation, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "write_generation", slow_write)
+    monkeypatch.setattr(committing, "write_generation", slow_write)
     run.trainer.run_generation()  # one generation outside ``run``: its write is still in flight here
     assert checkpoint.latest_generation(run.trainer.run_dir) is None
     run.finish(progress=False)
@@ -186,13 +186,13 @@ def test_a_checkpoint_that_calls_the_champions_bound_its_edge_still_resumes(tmp_
 def recording_writes(monkeypatch) -> list[int]:
     """The generations whose checkpoint is written, in order, from now on."""
     written: list[int] = []
-    write_generation = checkpoint.write_generation
+    write_generation = committing.write_generation
 
     def write(run_dir, generation, **kwargs):
         written.append(generation)
         return write_generation(run_dir, generation, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "write_generation", write)
+    monkeypatch.setattr(committing, "write_generation", write)
     return written
 
 

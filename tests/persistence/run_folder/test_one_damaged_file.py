@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import main
-from persistence import checkpoint
+from persistence import checkpoint, committing
 from tests.run_checks import deterministic, rows, state_digest
 
 pytestmark = pytest.mark.slow  # each test damages a run's file and resumes it in a process of its own
@@ -41,7 +41,7 @@ def trained(tmp_path_factory) -> tuple[Path, list[tuple[Path, Path]]]:
     """A 4-generation run (2, 3 and 4 kept), and each (source, target) the writer hard-linked."""
     root = tmp_path_factory.mktemp("trained")
     links = []
-    linked = checkpoint._linked
+    linked = committing._linked
 
     def recording(source: Path | None, target: Path) -> bool:
         done = linked(source, target)
@@ -50,7 +50,7 @@ def trained(tmp_path_factory) -> tuple[Path, list[tuple[Path, Path]]]:
         return done
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(checkpoint, "_linked", recording)
+        patch.setattr(committing, "_linked", recording)
         start(root, "r", 4)
     return root / "r", links
 

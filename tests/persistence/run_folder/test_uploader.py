@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from persistence.checkpoint import generation_dirname, write_generation
+from persistence.checkpoint import generation_dirname
+from persistence.committing import write_generation
 from persistence.gcs import open_storage
 from persistence.run_folder.uploader import CheckpointUploader
 from persistence.storage import Storage
