@@ -15,16 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PHASES = (
-    "generation_s",
-    "rollout_s",
-    "validate_s",
-    "evolve_s",
-    "update_s",
-    "checkpoint_s",
-    "checkpoint_write_s",
-    "telemetry_s",
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from run.records import DURATION_KEYS
 
 
 def steady_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -47,7 +40,7 @@ def row(label: str, run_dir: Path, extra: list[str]) -> str:
     def median(key: str) -> float:
         return statistics.median(r[key] for r in rows if r.get(key) is not None)
 
-    cells = [f"{median(key):.3f}" for key in PHASES]
+    cells = [f"{median(key):.3f}" for key in DURATION_KEYS]
     cells.append(f"{median('env_steps_per_s'):,.0f}")
     cells.append(f"{max(r['cuda_reserved_bytes'] for r in rows) / 2**30:.2f} GiB")
     return "| " + " | ".join([label + note, *cells, *extra]) + " |"

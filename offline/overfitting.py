@@ -202,16 +202,20 @@ def cscv(blocks_per_candidate: Any, *, chunk: int | None = None) -> Cscv:
 # ---------------------------------------------------------------------------------------------- readings
 
 
-def read_deflated_sharpe(value: float, *, trials: int, of: str = "champion") -> str:
-    """One line for a person: the figure and what it says about ``of``'s validation edge."""
-    bar = f"what the best of {trials} lucky tries is expected to show"
+def read_deflated_sharpe(value: float, *, trials: int, edge: str, as_many_days: bool = False) -> str:
+    """One line for a person: the figure and what it says about ``edge`` (what was measured: "the champion's
+    validation edge over equal weight"), against the best of ``trials`` unskilled trials (``as_many_days``: on as
+    many days as the edge was measured on, when they are not the validation days)."""
+    bar = f"what the best of {trials} unskilled trials is expected to show" + (
+        " on as many days" if as_many_days else ""
+    )
     if value >= 0.95:
-        meaning = f"is unlikely to be the best of {trials} lucky tries"
+        meaning = f"stands out against {bar}: unlikely to be the best of {trials} lucky tries"
     elif value >= 0.5:
         meaning = f"is above {bar}, but not by enough to rule out luck"
     else:
         meaning = f"is below {bar}: no evidence of skill"
-    return f"deflated Sharpe {value:.2f}: the {of}'s validation edge over equal weight {meaning}"
+    return f"deflated Sharpe {value:.2f}: {edge} {meaning}"
 
 
 def read_pbo(value: float) -> str:
@@ -293,7 +297,7 @@ def _deflated_sharpe_of_run(
         value = deflated_sharpe_from(moments, trials=trials, variance=variance)
     except ValueError as reason:
         return _no_deflated_sharpe(str(reason))
-    reading = read_deflated_sharpe(value, trials=trials, of=of)
+    reading = read_deflated_sharpe(value, trials=trials, edge=f"the {of}'s validation edge over equal weight")
     return {
         "deflated_sharpe": value,
         "deflated_sharpe_of": of,

@@ -17,21 +17,18 @@ from training.loop import Scores
 from training.selection import TRADING_DAYS, ChampionRecord, days_to_prove, t_statistics
 from utils.telemetry import MEMORY_KEYS, format_bytes, format_count
 
-MEASURED_KEYS = frozenset(
-    {
-        "env_steps_per_s",
-        "generation_s",
-        "rollout_s",
-        "validate_s",
-        "evolve_s",
-        "update_s",
-        "checkpoint_s",
-        "checkpoint_write_s",
-        "telemetry_s",
-        "graph_captures",
-        *MEMORY_KEYS,
-    }
+DURATION_KEYS = (
+    "generation_s",
+    "rollout_s",
+    "validate_s",
+    "evolve_s",
+    "update_s",
+    "checkpoint_s",
+    "checkpoint_write_s",
+    "telemetry_s",
 )
+"""A generation's seconds, in all and by phase."""
+MEASURED_KEYS = frozenset({"env_steps_per_s", *DURATION_KEYS, "graph_captures", *MEMORY_KEYS})
 """Metrics that measure the machine or how it ran the generation (timings, memory, CUDA graphs captured), not the
 run: they differ between runs that compute the same numbers."""
 

@@ -76,7 +76,7 @@ import numpy as np
 import torch
 
 from environment.market import TRADING_DAYS
-from offline.overfitting import deflated_sharpe_from, expected_max_sharpe, series_moments
+from offline.overfitting import deflated_sharpe_from, expected_max_sharpe, read_deflated_sharpe, series_moments
 from offline.procedures import TRADER_NAMES
 from training.selection import block_length, stationary_bootstrap
 
@@ -219,19 +219,14 @@ def pooled_deflated_sharpe(
     except ValueError as reason:
         why = "the excess is 0 on every test day" if not series.any() else str(reason)
         return {**figures, "deflated_sharpe_reading": f"deflated Sharpe n/a ({why}; {trials} trials)"}
-    bar = f"the best of {trials} unskilled trials is expected to show on as many days"
-    if value >= 0.95:
-        meaning = f"stands out even against what {bar}"
-    elif value >= 0.5:
-        meaning = f"is above what {bar}, but not by enough to rule that luck out"
-    else:
-        meaning = f"is below what {bar}"
     return {
         **figures,
         "deflated_sharpe": value,
         "sharpe": moments.sharpe,
         "expected_max_sharpe": expected_max_sharpe(trials, variance),
-        "deflated_sharpe_reading": f"deflated Sharpe {value:.2f}: the edge over every test day {meaning}",
+        "deflated_sharpe_reading": read_deflated_sharpe(
+            value, trials=trials, edge="the edge over every test day", as_many_days=True
+        ),
     }
 
 

@@ -219,12 +219,15 @@ def test_cscv_refuses_what_it_cannot_rank(blocks, phrase):
 
 
 def test_readings_say_what_the_figures_mean():
-    assert read_deflated_sharpe(0.97, trials=640) == (
-        "deflated Sharpe 0.97: the champion's validation edge over equal weight is unlikely to be the best of "
-        "640 lucky tries"
+    edge = "the champion's validation edge over equal weight"
+    assert read_deflated_sharpe(0.97, trials=640, edge=edge) == (
+        "deflated Sharpe 0.97: the champion's validation edge over equal weight stands out against what the best of "
+        "640 unskilled trials is expected to show: unlikely to be the best of 640 lucky tries"
     )
-    assert "rule out luck" in read_deflated_sharpe(0.8, trials=640)
-    assert "no evidence of skill" in read_deflated_sharpe(0.2, trials=640, of="best candidate")
+    assert "rule out luck" in read_deflated_sharpe(0.8, trials=640, edge=edge)
+    assert "no evidence of skill" in read_deflated_sharpe(0.2, trials=640, edge="the best candidate's")
+    pooled = read_deflated_sharpe(0.2, trials=480, edge="the edge over every test day", as_many_days=True)
+    assert pooled.endswith("unskilled trials is expected to show on as many days: no evidence of skill")
     assert read_pbo(0.62) == (
         "PBO 0.62: in 62% of the splits of the validation days, the candidate best on one half ranks at or below "
         "the median on the other: choosing by validation return here is mostly luck"
@@ -256,7 +259,9 @@ def test_diagnose_a_crowned_champion(rows):
     )
     assert found["deflated_sharpe"] == pytest.approx(expected, rel=1e-12)
     assert found["deflated_sharpe_of"] == "champion" and found["trials"] == 12
-    assert found["deflated_sharpe_reading"] == read_deflated_sharpe(expected, trials=12)
+    assert found["deflated_sharpe_reading"] == read_deflated_sharpe(
+        expected, trials=12, edge="the champion's validation edge over equal weight"
+    )
     expected_pbo = cscv(np.concatenate([row["validation_blocks"] for row in rows])).pbo
     assert found["pbo"] == expected_pbo and found["pbo_reading"] == read_pbo(expected_pbo)
     json.dumps(found, allow_nan=False)
