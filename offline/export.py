@@ -132,42 +132,8 @@ def actor_spec(
         "feature_definitions": dict(zip(market.feature_names, market.feature_definitions, strict=True)),
         "lookback": lookback,
         "warmup_days": WARMUP_DAYS,
-        "observation": {
-            "windows": {
-                "shape": [num_assets, lookback * num_features],
-                "layout": "asset n (tickers order), then day-major: index d * K + k holds feature k of day "
-                "t - L + 1 + d (d = 0 oldest, d = L - 1 the decision day t), K = len(feature_names)",
-            },
-            "weights": {
-                "shape": [num_assets + 1],
-                "layout": "portfolio weights, cash first, then the tickers in order; non-negative, sum 1; a new "
-                "portfolio is all cash [1, 0, ..., 0]; "
-                + (
-                    "after a day they are the targets drifted with prices (the holdings at the close of t)"
-                    if delay == 0
-                    else "after a day they are the previous decision's target weights (the last order sent): as it "
-                    "filled at the close of t with execution_delay 1 (an asset without a price there kept what was "
-                    "held in it), as it was sent with a longer delay in a market whose assets do not all trade every "
-                    "day"
-                ),
-            },
-            "tradable": {
-                "shape": [num_assets],
-                "layout": "1 where the asset has a price at the close of t, else 0: the actor puts no weight on "
-                "the others (their logits are -inf); all 1 when every asset trades every day",
-            },
-        },
-        "action": {
-            "shape": [num_assets + 1],
-            "meaning": "target weights, cash first: softmax of the actor's logits; "
-            + (
-                "they fill at the close of t and are held to the close of t + 1"
-                if delay == 0
-                else f"they fill at the close of t + {delay} (execution_delay trading days after the decision) and "
-                f"are held to the close of t + {delay + 1}; an asset without a price at the fill keeps what is held "
-                "in it and the other weights, cash included, are scaled to fill the rest"
-            ),
-        },
+        "observation": observation_spec(num_assets, lookback * num_features, delay),
+        "action": action_spec(num_assets, delay),
         "execution_delay": delay,
         "book": book_spec(config),
         "universe": config.data.universe,
@@ -201,6 +167,51 @@ def actor_spec(
             "market_fingerprint": state.get("market_fingerprint"),
             "config": config.to_dict(),
         },
+    }
+
+
+def observation_spec(num_assets: int, window_size: int, delay: int) -> dict[str, Any]:
+    """What ``actor.json`` says an observation is: its windows, weights and tradable assets, as the actor reads them
+    at ``execution_delay`` ``delay``."""
+    return {
+        "windows": {
+            "shape": [num_assets, window_size],
+            "layout": "asset n (tickers order), then day-major: index d * K + k holds feature k of day "
+            "t - L + 1 + d (d = 0 oldest, d = L - 1 the decision day t), K = len(feature_names)",
+        },
+        "weights": {
+            "shape": [num_assets + 1],
+            "layout": "portfolio weights, cash first, then the tickers in order; non-negative, sum 1; a new "
+            "portfolio is all cash [1, 0, ..., 0]; "
+            + (
+                "after a day they are the targets drifted with prices (the holdings at the close of t)"
+                if delay == 0
+                else "after a day they are the previous decision's target weights (the last order sent): as it "
+                "filled at the close of t with execution_delay 1 (an asset without a price there kept what was "
+                "held in it), as it was sent with a longer delay in a market whose assets do not all trade every "
+                "day"
+            ),
+        },
+        "tradable": {
+            "shape": [num_assets],
+            "layout": "1 where the asset has a price at the close of t, else 0: the actor puts no weight on "
+            "the others (their logits are -inf); all 1 when every asset trades every day",
+        },
+    }
+
+
+def action_spec(num_assets: int, delay: int) -> dict[str, Any]:
+    """What ``actor.json`` says an action is: target weights, and when they fill at ``execution_delay`` ``delay``."""
+    return {
+        "shape": [num_assets + 1],
+        "meaning": "target weights, cash first: softmax of the actor's logits; "
+        + (
+            "they fill at the close of t and are held to the close of t + 1"
+            if delay == 0
+            else f"they fill at the close of t + {delay} (execution_delay trading days after the decision) and "
+            f"are held to the close of t + {delay + 1}; an asset without a price at the fill keeps what is held "
+            "in it and the other weights, cash included, are scaled to fill the rest"
+        ),
     }
 
 
@@ -352,34 +363,9 @@ def readme_text(spec: dict[str, Any], folder_name: str) -> str:
     arch = spec["architecture"]
     features = "\n".join(f"* `{name}`: {text}" for name, text in spec["feature_definitions"].items())
     source = spec["source"]
-    score = spec["champion_score"]
-    score_text = "n/a" if score is None else f"{score:+.4f}"
-    found = (
-        "equal weight: no agent's edge over it passed the selection test"
-        if spec["champion_generation"] == 0
-        else f"found in generation {spec['champion_generation']}"
-    )
-    delay = spec["execution_delay"]
-    if delay == 0:
-        weights_text = "the portfolio's current weights (the last targets, drifted with prices)"
-        fill_text = (
-            "Training filled them at the close of `t` itself, which no one can trade (`execution_delay` 0: an "
-            "optimistic convention), and held them to the close of `t + 1`"
-        )
-    else:
-        weights_text = "the previous decision's target weights (the last order sent, as it filled)"
-        fill_text = (
-            f"Send them after the close of `t`: training filled them at the close of `t + {delay}` "
-            f"(`execution_delay` {delay}) and held them to the close of `t + {delay + 1}`; weight on an asset "
-            "without a price at the fill stayed in cash"
-        )
     procedure = spec.get("procedure") or {"deploy": "champion", "members": []}
-    if procedure["deploy"] == "champion":
-        who = f"The champion of run `{source['run_name']}` at generation {spec['generation']} ({found}; validation "
-        who += f"score\n{score_text}"
-    else:
-        who = f"The {procedure_text(procedure)} of run `{source['run_name']}` at generation {spec['generation']} "
-        who += f"(the run's champion: {found}; its validation score\n{score_text}"
+    who = _who_text(spec, procedure)
+    weights_text, fill_text = _fill_texts(spec["execution_delay"])
     return f"""# Exported ERL trader actor
 
 {who}: total log return over the validation range {spec["dates"]["validation"][0]} to
@@ -447,6 +433,37 @@ the cash head maps [mean embedding, cash weight] → {arch["head_hidden"]} → 1
 Precision: the tensors are float32 and the actor runs in float32 (`precision` in `actor.json`), as `python main.py
 evaluate` scored it.{_trained_precision_text(spec)}
 """
+
+
+def _who_text(spec: dict[str, Any], procedure: dict[str, Any]) -> str:
+    """Which agent of which run the export is, and its validation score (the README's first sentence, cut where the
+    score's explanation follows)."""
+    source, score = spec["source"], spec["champion_score"]
+    score_text = "n/a" if score is None else f"{score:+.4f}"
+    found = (
+        "equal weight: no agent's edge over it passed the selection test"
+        if spec["champion_generation"] == 0
+        else f"found in generation {spec['champion_generation']}"
+    )
+    if procedure["deploy"] == "champion":
+        who = f"The champion of run `{source['run_name']}` at generation {spec['generation']} ({found}; validation "
+        return who + f"score\n{score_text}"
+    who = f"The {procedure_text(procedure)} of run `{source['run_name']}` at generation {spec['generation']} "
+    return who + f"(the run's champion: {found}; its validation score\n{score_text}"
+
+
+def _fill_texts(delay: int) -> tuple[str, str]:
+    """What the observation's weights are, and when the action fills, at ``execution_delay`` ``delay``."""
+    if delay == 0:
+        return "the portfolio's current weights (the last targets, drifted with prices)", (
+            "Training filled them at the close of `t` itself, which no one can trade (`execution_delay` 0: an "
+            "optimistic convention), and held them to the close of `t + 1`"
+        )
+    return "the previous decision's target weights (the last order sent, as it filled)", (
+        f"Send them after the close of `t`: training filled them at the close of `t + {delay}` "
+        f"(`execution_delay` {delay}) and held them to the close of `t + {delay + 1}`; weight on an asset "
+        "without a price at the fill stayed in cash"
+    )
 
 
 def _members_text(procedure: dict[str, Any]) -> str:

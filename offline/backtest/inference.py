@@ -281,7 +281,6 @@ def pooled_test(
         "years_to_prove": None,
     }
     dsr = pooled_deflated_sharpe(pooled.excess, results, procedures=procedures)
-    level = f"{alpha * 100:g}%"
     if days and not pooled.excess.any():
         verdict = (
             "no edge: every fold's champion is equal weight (no agent proved an edge on its validation days), so the "
@@ -296,17 +295,29 @@ def pooled_test(
 
     generator = torch.Generator().manual_seed(plan_seed(results))
     test = mean_test(pooled.excess, alpha=alpha, generator=generator, draws=draws)
-    low, high = (bound * TRADING_DAYS for bound in test.interval)
-    mean = test.mean * TRADING_DAYS
     figures.update(
-        interval=[low, high],
+        interval=[bound * TRADING_DAYS for bound in test.interval],
         t=test.t,
         p_value=test.p_value,
         block_length=test.block_length,
         draws=test.draws,
     )
+    outcome, verdict, figures["years_to_prove"] = _judge(test, days=days, alpha=alpha, min_edge=min_edge, who=who)
+    rho = lag_one_autocorrelation(pooled.excess)
+    figures["autocorrelation"] = rho
+    figures["size_at_autocorrelation"] = measured_size(rho) if alpha == MEASURED_AT else None
+    if outcome == "proven":
+        verdict += size_caveat(rho, test.p_value, alpha)
+    return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+
+
+def _judge(test: MeanTest, *, days: int, alpha: float, min_edge: float, who: str) -> tuple[str, str, float | None]:
+    """The outcome of ``test`` on ``days`` pooled test days (``proven``, ``no_edge`` or ``cannot_tell``), its verdict
+    sentence about ``who``, and the test years that would prove its mean (``cannot_tell`` only, else None)."""
+    low, high = (bound * TRADING_DAYS for bound in test.interval)
+    mean, level, years = test.mean * TRADING_DAYS, f"{alpha * 100:g}%", None
     span = f"over {days} test days ({days / TRADING_DAYS:.1f} years)"
-    interval = f"{figures['interval_level']:.0%} interval {_pct(low)} to {_pct(high)}"
+    interval = f"{1.0 - 2.0 * alpha:.0%} interval {_pct(low)} to {_pct(high)}"
     if test.p_value <= alpha:
         outcome = "proven"
         verdict = (
@@ -329,7 +340,6 @@ def pooled_test(
     else:
         outcome = "cannot_tell"
         years = years_to_prove(test.mean, test.standard_error, days=days, alpha=alpha)
-        figures["years_to_prove"] = years
         verdict = (
             f"cannot tell yet: {_pct(mean)} log %/y {span} is not significant at the {level} level "
             f"(one-sided p {test.p_value:.4f}); at this mean and spread about {_years(years)} test years would make "
@@ -338,12 +348,7 @@ def pooled_test(
         if years is not None and years <= days / TRADING_DAYS:
             # the normal quantile rejects already; the bootstrap's distribution of the mean has a heavier tail here
             verdict += " by the normal approximation (the bootstrap, which allows for the series' tails, does not yet)"
-    rho = lag_one_autocorrelation(pooled.excess)
-    figures["autocorrelation"] = rho
-    figures["size_at_autocorrelation"] = measured_size(rho) if alpha == MEASURED_AT else None
-    if outcome == "proven":
-        verdict += size_caveat(rho, test.p_value, alpha)
-    return {**figures, **dsr, "outcome": outcome, "verdict": verdict}
+    return outcome, verdict, years
 
 
 def size_caveat(autocorrelation: float, p_value: float, alpha: float) -> str:
