@@ -114,14 +114,7 @@ def train(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
     base = config_module.preset(args.preset)
     settings = _explicit_settings(args)
-    if args.resume_from is not None and not args.resume:
-        raise InputError("--resume-from needs --resume")
-    if args.resume_or_start and (args.resume or not args.run_name):
-        raise InputError("--resume-or-start needs --run-name and no --resume (it resumes by itself when it can)")
-    if args.fall_back and not (args.resume or args.resume_or_start):
-        raise InputError("--fall-back needs --resume or --resume-or-start (a new run has nothing to fall back to)")
-    if args.fall_back and args.resume_from is not None:
-        raise InputError("--resume-from names the generation to continue from; give it or --fall-back, not both")
+    _check_resume_flags(args)
     config = config_module.override(base, settings)
     # Typed values of what the user named, for comparison with a resumed run's config.
     explicit = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in settings}
@@ -192,6 +185,18 @@ def train(argv: list[str]) -> int:
         uploaded = run.finish(timeout=FINAL_UPLOAD_TIMEOUT_S, progress=config.runtime.progress)
     log(f"done: {trainer.run_dir} at generation {trainer.generation}{_line(uploaded)}")
     return 0
+
+
+def _check_resume_flags(args: argparse.Namespace) -> None:
+    """An InputError for resume flags that do not go together."""
+    if args.resume_from is not None and not args.resume:
+        raise InputError("--resume-from needs --resume")
+    if args.resume_or_start and (args.resume or not args.run_name):
+        raise InputError("--resume-or-start needs --run-name and no --resume (it resumes by itself when it can)")
+    if args.fall_back and not (args.resume or args.resume_or_start):
+        raise InputError("--fall-back needs --resume or --resume-or-start (a new run has nothing to fall back to)")
+    if args.fall_back and args.resume_from is not None:
+        raise InputError("--resume-from names the generation to continue from; give it or --fall-back, not both")
 
 
 def _quiet(line: str) -> None:

@@ -183,6 +183,9 @@ def build_market(
     before them, then (``gap_before_validation``) ``gap_days`` more, the embargo, and train everything before (see
     the time conventions in ``environment.market``).
 
+    It reads whole: past its arguments, documented once here, the body is five calls (the splits, the inputs, the
+    daily relatives, cash and the trades' size terms) and the ``Market`` they fill.
+
     Args:
         features: ``data.features``: built-in names and columns of ``table.columns`` (empty: the built-in ones).
         execution_delay: days from a decision to its fill; the training range must hold one episode after it.

@@ -358,6 +358,38 @@ def load_series(
     return series
 
 
+def _value_columns(
+    raw: pd.DataFrame, file: Path, columns: Sequence[str], *, exclude: tuple[str, ...]
+) -> tuple[list[str], tuple[str, ...]]:
+    """The file's columns read beside the price in a long file, and the names they are read as: the requested
+    ``columns``, then a delisting return and a volume where the file has them."""
+    normalised = {c: normalise(c) for c in raw.columns}
+    sources = match_columns(columns, raw, file, exclude=exclude)
+    columns = tuple(columns)
+    delisting_col = next((c for c in raw.columns if normalised[c] in _DELISTING_NAMES), None)
+    if delisting_col is not None and delisting_col not in sources:
+        sources.append(delisting_col)
+        columns = (*columns, _DELISTING_KEY)
+    volume_col = next((c for c in raw.columns if normalised[c] == "volume"), None)
+    if volume_col is not None:  # read on its own too: a feature's copy is forward-filled, a day's volume is not
+        sources.append(volume_col)
+        columns = (*columns, _VOLUME_KEY)
+    return sources, columns
+
+
+def _first_tickers(selected: list[str], max_assets: int) -> tuple[list[str], str]:
+    """The first ``max_assets`` tickers in file order (``data.max_assets``), and the note that names the others."""
+    left_out = selected[max_assets:]
+    shown = ", ".join(left_out[:MAX_SHOWN]) + (
+        f" and {len(left_out) - MAX_SHOWN} more" if len(left_out) > MAX_SHOWN else ""
+    )
+    note = (
+        f"data.max_assets={max_assets} keeps the file's first {max_assets} of {len(selected)} tickers, in file "
+        f"order; left out: {shown} (name them with data.tickers to choose)"
+    )
+    return selected[:max_assets], note
+
+
 def _load_wide(
     file: Path,
     *,
@@ -391,15 +423,7 @@ def _load_wide(
         available = list(frame.columns)
     else:
         price_col = find_price_column(raw, file, exclude=(date_col, ticker_col))
-        sources = match_columns(columns, raw, file, exclude=(date_col, ticker_col))
-        delisting_col = next((c for c in raw.columns if normalised[c] in _DELISTING_NAMES), None)
-        if delisting_col is not None and delisting_col not in sources:
-            sources.append(delisting_col)
-            columns = (*columns, _DELISTING_KEY)
-        volume_col = next((c for c in raw.columns if normalised[c] == "volume"), None)
-        if volume_col is not None:  # read on its own too: a feature's copy is forward-filled, a day's volume is not
-            sources.append(volume_col)
-            columns = (*columns, _VOLUME_KEY)
+        sources, columns = _value_columns(raw, file, columns, exclude=(date_col, ticker_col))
         frame = pd.DataFrame(
             {
                 "ticker": parse_tickers(raw[ticker_col], file, ticker_col, where),
@@ -416,15 +440,8 @@ def _load_wide(
 
     selected = select_tickers(tickers, available, file)
     if max_assets and not tickers and len(selected) > max_assets:
-        left_out = selected[max_assets:]
-        shown = ", ".join(left_out[:MAX_SHOWN]) + (
-            f" and {len(left_out) - MAX_SHOWN} more" if len(left_out) > MAX_SHOWN else ""
-        )
-        notes.append(
-            f"data.max_assets={max_assets} keeps the file's first {max_assets} of {len(selected)} tickers, in file "
-            f"order; left out: {shown} (name them with data.tickers to choose)"
-        )
-        selected = selected[:max_assets]
+        selected, note = _first_tickers(selected, max_assets)
+        notes.append(note)
     frame = filter_dates(frame, file, start, end)
     if ticker_col is None:
         checked = {t: check_prices(frame[t], file, lambda _i, t=t: t) for t in selected}

@@ -106,6 +106,38 @@ def untrained_actor(config: Config, window_size: int, device: torch.device) -> A
 
 
 @torch.no_grad()
+def _traces(
+    env: VectorPortfolioEnv,
+    market: Market,
+    rows: dict[str, int],
+    sent: torch.Tensor,
+    *,
+    starts: list[int],
+    episode_days: int,
+    cost_rate: float,
+) -> dict[str, Trace]:
+    """Each strategy's recorded episode (its row of ``env``'s records and of ``sent``, the orders) on the host, in
+    float64, in time order."""
+
+    def series(tensor: torch.Tensor) -> np.ndarray:  # (S, W, D, ...) -> (S, W * D, ...), windows in time order
+        return tensor.reshape(tensor.shape[0], -1, *tensor.shape[3:]).double().cpu().numpy()
+
+    rewards, turnover, weights = (
+        series(env.rewards_per_episode),
+        series(env.turnover_per_episode),
+        series(env.held_per_episode),
+    )
+    fees, impact = series(env.fees_per_episode), series(env.impact_per_episode)
+    costs = cost_rate * turnover + impact  # on the host in float64, as the flat cost always was
+    orders = series(sent)
+    decided = tuple(market.dates[start + k] for start in starts for k in range(episode_days))
+    traces = {
+        strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i], orders[i], decided)
+        for strategy, i in rows.items()
+    }
+    return traces
+
+
 def run_range(
     market: Market,
     actors: dict[str, nn.Module],
@@ -159,22 +191,7 @@ def run_range(
         sent[:, :, step] = actions
         _, obs = env.step(actions)
 
-    def series(tensor: torch.Tensor) -> np.ndarray:  # (S, W, D, ...) -> (S, W * D, ...), windows in time order
-        return tensor.reshape(tensor.shape[0], -1, *tensor.shape[3:]).double().cpu().numpy()
-
-    rewards, turnover, weights = (
-        series(env.rewards_per_episode),
-        series(env.turnover_per_episode),
-        series(env.held_per_episode),
-    )
-    fees, impact = series(env.fees_per_episode), series(env.impact_per_episode)
-    costs = cost_rate * turnover + impact  # on the host in float64, as the flat cost always was
-    orders = series(sent)
-    decided = tuple(market.dates[start + k] for start in starts for k in range(episode_days))
-    traces = {
-        strategy: Trace(rewards[i], turnover[i], costs[i], weights[i], fees[i], impact[i], orders[i], decided)
-        for strategy, i in rows.items()
-    }
+    traces = _traces(env, market, rows, sent, starts=starts, episode_days=episode_days, cost_rate=cost_rate)
     earned = [start + execution_delay + 1 + k for start in starts for k in range(episode_days)]
     earned_days = torch.tensor(earned, device=device)
     if market.benchmark is not None:

@@ -210,6 +210,40 @@ def _device(written: dict[str, Any] | None, configured: str | None) -> str | Non
     return used if configured in (None, used, written.get("type")) else f"{used} (configured {configured})"
 
 
+def _files(located: Located) -> dict[str, dict[str, Any]]:
+    """Every file of the generation: its size and SHA-256 as the manifest records them, whether it verified, and what
+    is wrong with it (a file in a bucket is checked for its size alone)."""
+    gen = located.gen
+    files: dict[str, dict[str, Any]] = {}
+    for name, problem in located.file_problems.items():
+        entry = gen.manifest["files"].get(name)
+        if entry is None:
+            try:
+                size = (gen.path / name).lstat().st_size
+            except OSError:
+                size = None
+            files[name] = {"size": size, "sha256": None, "verified": False, "problem": problem}
+        else:
+            files[name] = {"size": entry["size"], "sha256": entry["sha256"], "verified": problem is None}
+            files[name]["problem"] = problem
+            if name in located.in_bucket:  # size checked in the bucket; hashing it would mean downloading it
+                files[name].update(verified=None, where="bucket")
+
+    return files
+
+
+def _history(rows: list[dict[str, Any]], **columns: str | None) -> list[dict[str, Any]]:
+    """One entry a generation: each column's figure from the metrics row's key (``None``: the column's own name, a
+    value kept as it is rather than read as a number)."""
+    return [
+        {
+            "generation": row.get("generation"),
+            **{name: row.get(name) if key is None else _number(row.get(key)) for name, key in columns.items()},
+        }
+        for row in rows
+    ]
+
+
 def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, Any]:
     """Everything ``inspect`` reports about a target, as a JSON-native dict (the ``--json`` object).
 
@@ -238,21 +272,7 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
         for key in ("best_fitness", "mean_fitness", "worst_fitness", "validation_best", "validation_mean"):
             population[key] = _number(last.get(key))
 
-    files: dict[str, dict[str, Any]] = {}
-    for name, problem in located.file_problems.items():
-        entry = gen.manifest["files"].get(name)
-        if entry is None:
-            try:
-                size = (gen.path / name).lstat().st_size
-            except OSError:
-                size = None
-            files[name] = {"size": size, "sha256": None, "verified": False, "problem": problem}
-        else:
-            files[name] = {"size": entry["size"], "sha256": entry["sha256"], "verified": problem is None}
-            files[name]["problem"] = problem
-            if name in located.in_bucket:  # size checked in the bucket; hashing it would mean downloading it
-                files[name].update(verified=None, where="bucket")
-
+    files = _files(located)
     run_dir = located.run_dir
     report = {
         "target": str(target),
@@ -279,25 +299,14 @@ def build_report(target: str | Path, scratch: Path | None = None) -> dict[str, A
             "splits": state.get("splits"),
             "market_fingerprint": state.get("market_fingerprint"),
         },
-        "fitness_history": [
-            {
-                "generation": row.get("generation"),
-                "best": _number(row.get("best_fitness")),
-                "mean": _number(row.get("mean_fitness")),
-                "worst": _number(row.get("worst_fitness")),
-            }
-            for row in rows
-        ],
-        "validation_history": [
-            {
-                "generation": row.get("generation"),
-                "best": _number(row.get("validation_best")),
-                "mean": _number(row.get("validation_mean")),
-                "champion_score": _number(row.get("champion_score")),
-                "champion_generation": row.get("champion_generation"),
-            }
-            for row in rows
-        ],
+        "fitness_history": _history(rows, best="best_fitness", mean="mean_fitness", worst="worst_fitness"),
+        "validation_history": _history(
+            rows,
+            best="validation_best",
+            mean="validation_mean",
+            champion_score="champion_score",
+            champion_generation=None,
+        ),
         "files": files,
         "config": config,
         "conventions": _conventions(config),
@@ -376,8 +385,8 @@ def _count(value: int) -> str:
     return f"{value:,}"
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The human form of a report: aligned, one fact per line, ending with ``complete: yes`` or ``complete: no``."""
+def _head_lines(report: dict[str, Any]) -> list[str]:
+    """The report's first lines: the run, the generation, its data, its main settings and trading conventions."""
     lines: list[str] = []
     config = report["config"] or {}
     run = report["run_name"] or "(no run folder)"
@@ -412,6 +421,29 @@ def format_report(report: dict[str, Any]) -> str:
     trading = report["conventions"]
     lines.append(_line("trading", "n/a (no readable config)" if trading is None else describe_conventions(trading)))
 
+    return lines
+
+
+def _file_lines(report: dict[str, Any]) -> list[str]:
+    """The generation's files, each with its size and whether it verified, then the broken generations."""
+    lines = [""]
+    lines.append(f"files of {Path(report['generation_dir']).name} (size, SHA-256 verified)")
+    names = list(report["files"])
+    name_width = max((len(n) for n in names), default=4)
+    sizes = {n: "?" if f["size"] is None else format_bytes(f["size"]) for n, f in report["files"].items()}
+    size_width = max((len(s) for s in sizes.values()), default=1)
+    for name, entry in report["files"].items():
+        verified = {True: "yes", False: "no", None: "- (left in the bucket, size checked)"}[entry["verified"]]
+        lines.append(f"  {name:<{name_width}}  {sizes[name]:>{size_width}}  verified {verified}")
+    for broken in report["broken_generations"]:
+        lines.append(_line("broken", f"{broken['folder']}: {broken['problems'][0]}"))
+        lines.extend(_line("", problem) for problem in broken["problems"][1:])
+    return lines
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human form of a report: aligned, one fact per line, ending with ``complete: yes`` or ``complete: no``."""
+    lines = _head_lines(report)
     lines.append("")
     lines.append("history")
     lines.extend("  " + line for line in format_history(report))
@@ -449,18 +481,7 @@ def format_report(report: dict[str, Any]) -> str:
         )
     lines.append(_line("parameters", f"sha256 {report['params_sha256'] or 'n/a'}"))
 
-    lines.append("")
-    lines.append(f"files of {Path(report['generation_dir']).name} (size, SHA-256 verified)")
-    names = list(report["files"])
-    name_width = max((len(n) for n in names), default=4)
-    sizes = {n: "?" if f["size"] is None else format_bytes(f["size"]) for n, f in report["files"].items()}
-    size_width = max((len(s) for s in sizes.values()), default=1)
-    for name, entry in report["files"].items():
-        verified = {True: "yes", False: "no", None: "- (left in the bucket, size checked)"}[entry["verified"]]
-        lines.append(f"  {name:<{name_width}}  {sizes[name]:>{size_width}}  verified {verified}")
-    for broken in report["broken_generations"]:
-        lines.append(_line("broken", f"{broken['folder']}: {broken['problems'][0]}"))
-        lines.extend(_line("", problem) for problem in broken["problems"][1:])
+    lines += _file_lines(report)
     if report["problems"]:
         lines.append("problems")
         lines.extend(f"  {problem}" for problem in report["problems"])

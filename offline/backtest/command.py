@@ -209,18 +209,9 @@ def main(argv: Sequence[str]) -> int:
         # With --json, stdout holds the summary alone: the per-fold lines go to stderr.
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else progress.write
         board = FoldBoard(progress, say=say, verbose=args.verbose, speaks=ranks.is_leader)
-        for note in opening.notes:
-            board.say(note)
-        tuned = sorted({fold.year for fold in folds} & tuned_years(config))
-        if tuned:
-            board.say(
-                f"note: test year(s) {', '.join(map(str, tuned))} overlap the dates the defaults were chosen on "
-                f"({', '.join('..'.join(span) for span in DEFAULTS_CHOSEN_ON)}): their figures use the defaults "
-                "in-sample (RESULTS.md, Years that tuned nothing)"
-            )
         crowded = crowding_note(workers=max(workers, 1), threads=args.threads, processes=node_processes)
-        if crowded is not None and device.type == "cpu" and opening.pending:
-            board.say(crowded)
+        for note in _notes(config, folds, opening.notes, crowded if device.type == "cpu" and opening.pending else None):
+            board.say(note)
         progress.reset(total=len(folds), initial=0)
         for fold in mine:
             if fold.name in opening.finished:
@@ -257,6 +248,20 @@ def main(argv: Sequence[str]) -> int:
     if ranks.is_leader:
         _report(folder, config, folds, results, as_json=args.json)
     return 0
+
+
+def _notes(config: Config, folds: list[Fold], opening: list[str], crowded: str | None) -> list[str]:
+    """What the backtest says before it trains: the opening's notes, test years the defaults were chosen on, and a
+    CPU crowded by its workers' threads."""
+    notes = list(opening)
+    tuned = sorted({fold.year for fold in folds} & tuned_years(config))
+    if tuned:
+        notes.append(
+            f"note: test year(s) {', '.join(map(str, tuned))} overlap the dates the defaults were chosen on "
+            f"({', '.join('..'.join(span) for span in DEFAULTS_CHOSEN_ON)}): their figures use the defaults "
+            "in-sample (RESULTS.md, Years that tuned nothing)"
+        )
+    return notes if crowded is None else [*notes, crowded]
 
 
 def _plan(args: argparse.Namespace) -> tuple[Config, list[Fold], Path]:

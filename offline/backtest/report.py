@@ -39,25 +39,7 @@ def summarise(
     repeated = next((fold for fold in folds if folds.count(fold) > 1), None)
     if repeated is not None:
         raise ValueError(f"test year {repeated[0]} seed {repeated[1]} is given twice")
-    rows = []
-    for r in results:
-        m = r["metrics"]
-        sharpe, base = m["champion"]["sharpe"], m["equal_weight"]["sharpe"]
-        rows.append(
-            {
-                "year": r["year"],
-                "seed": r["seed"],
-                "crowned": r["champion_generation"],
-                "sharpe": {s: m[s]["sharpe"] for s in m},
-                "total_return": {s: m[s]["total_return"] for s in m},
-                "turnover": {s: m[s]["turnover"] for s in m},
-                "costs": {s: m[s]["costs"] for s in m},
-                "sharpe_difference": None if sharpe is None or base is None else sharpe - base,
-                # None in fold results of earlier versions, and where the fold's history cannot give them
-                "deflated_sharpe": r.get("deflated_sharpe"),
-                "pbo": r.get("pbo"),
-            }
-        )
+    rows = [_fold_row(r) for r in results]
     diffs = [row["sharpe_difference"] for row in rows if row["sharpe_difference"] is not None]
     turnover = [(row["turnover"]["champion"], row["turnover"]["equal_weight"]) for row in rows]
     turnover = [pair for pair in turnover if None not in pair]  # (champion, equal weight) where both are known
@@ -102,6 +84,25 @@ def summarise(
         "pooled": procedures.get("champion"),  # every fold result holds the champion's days: None with no folds
         "traders": procedures,
         "family": family_verdict(results, judged, alpha=alpha) if judged else None,
+    }
+
+
+def _fold_row(result: dict[str, Any]) -> dict[str, Any]:
+    """One fold's line of the summary: each strategy's figures, and the champion's Sharpe over equal weight's."""
+    m = result["metrics"]
+    sharpe, base = m["champion"]["sharpe"], m["equal_weight"]["sharpe"]
+    return {
+        "year": result["year"],
+        "seed": result["seed"],
+        "crowned": result["champion_generation"],
+        "sharpe": {s: m[s]["sharpe"] for s in m},
+        "total_return": {s: m[s]["total_return"] for s in m},
+        "turnover": {s: m[s]["turnover"] for s in m},
+        "costs": {s: m[s]["costs"] for s in m},
+        "sharpe_difference": None if sharpe is None or base is None else sharpe - base,
+        # None in fold results of earlier versions, and where the fold's history cannot give them
+        "deflated_sharpe": result.get("deflated_sharpe"),
+        "pbo": result.get("pbo"),
     }
 
 
