@@ -170,7 +170,6 @@ class Scoring:
             market,
             trainer.population,
             sharding=trainer.sharding,
-            graphs=False,
             starts=starts,
             days=days,
         )

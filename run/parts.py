@@ -20,6 +20,7 @@ from run.streams import gate_generator, make_generators
 from runtime.boundary import to_host
 from runtime.compiled import CACHE_FOLDER, Compilation
 from runtime.device import keep_freed_host_memory, set_matmul_precision
+from runtime.graphs import graph_steps
 from runtime.sharding import Sharding
 from training.loop import Parts
 from training.rollout import Rollouts, Validation
@@ -74,17 +75,21 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         held=orders_seen_as_sent(market, config.env.execution_delay, config.env.rebalance_every),
         held_days=config.env.rebalance_every,
     )
-    graphs = config.runtime.cuda_graphs and not sharding.distributed  # a day's exchanges are collectives
-    validation = Validation(config, market, population, sharding=sharding, graphs=graphs)
+    validation = Validation(config, market, population, sharding=sharding)
+    rollouts = Rollouts(config, market, population, buffer, generators=generators, sharding=sharding)
+    update_phase = UpdatePhase(config, population.learner, buffer, generator=generators["replay"], sharding=sharding)
+    # Made fast in one block, as LeanRL does, the phases' code left as the algorithm reads: compiled with
+    # ``runtime.torch_compile``, replayed as CUDA graphs with ``runtime.cuda_graphs``. A day whose transitions are
+    # exchanged between processes holds a collective: its decision is compiled alone, and no step is graphed.
+    whole_days = not sharding.distributed
     compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
     compilation.learner_(population.learner)
-    rollouts = Rollouts(config, market, population, buffer, generators=generators, sharding=sharding, graphs=graphs)
-    # A day whose transitions are exchanged between processes holds a collective: its decision is compiled alone.
-    whole_days = not sharding.distributed
     for phase, acting in ((rollouts, population.actor), (validation, validation.acting)):
         compilation.actor_(acting, decide=not whole_days)
         if whole_days:
             compilation.day_(phase)
+    steps = [rollouts.step, validation.step, *update_phase.steps.values()]
+    graph_steps(steps, enabled=config.runtime.cuda_graphs and whole_days)
     return Parts(
         sharding=sharding,
         generators=generators,
@@ -92,9 +97,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         buffer=buffer,
         rollouts=rollouts,
         validation=validation,
-        update_phase=UpdatePhase(
-            config, population.learner, buffer, generator=generators["replay"], sharding=sharding, graphs=graphs
-        ),
+        update_phase=update_phase,
         gate=make_gate(config, market),
         compilation=compilation,
     )

@@ -28,7 +28,7 @@ does).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -39,7 +39,8 @@ class GraphedStep:
     Args:
         step: the step, a function of no arguments (see the module docstring for what it may do).
         device: the training device; graphs only on CUDA.
-        enabled: capture at all (``runtime.cuda_graphs``); False runs the step eagerly, always.
+        enabled: capture at all (``runtime.cuda_graphs``); False runs the step eagerly until ``graph_steps`` enables
+            it.
         generators: the device generators the step draws from, registered with each graph.
         warmup: eager calls before the first capture.
     """
@@ -49,12 +50,12 @@ class GraphedStep:
         step: Callable[[], None],
         *,
         device: torch.device,
-        enabled: bool,
+        enabled: bool = False,
         generators: Sequence[torch.Generator] = (),
         warmup: int = 2,
     ) -> None:
         self.step = step
-        self.enabled = enabled and device.type == "cuda"
+        self.enabled = False
         self.device = device
         self.generators = list(generators)
         self.warmup = warmup
@@ -63,8 +64,18 @@ class GraphedStep:
         self._warmed = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._stale = False  # ``_graph`` baked in a Python value that has changed since
-        self._stream = torch.cuda.Stream(device) if self.enabled else None  # captures must not run on the default
-        self._pool = torch.cuda.graph_pool_handle() if self.enabled else None  # one pool for this step's graphs
+        self._stream: torch.cuda.Stream | None = None  # captures must not run on the default stream
+        self._pool = None  # one pool for this step's graphs
+        if enabled:
+            self.enable()
+
+    def enable(self) -> None:
+        """Replay the step from a CUDA graph from now on (on CUDA; elsewhere it stays the eager step)."""
+        if self.enabled or self.device.type != "cuda":
+            return
+        self.enabled = True
+        self._stream = torch.cuda.Stream(self.device)
+        self._pool = torch.cuda.graph_pool_handle()
 
     def __call__(self) -> None:
         if not self.enabled:
@@ -106,3 +117,11 @@ class GraphedStep:
         with torch.cuda.stream(self._stream):
             work()
         current.wait_stream(self._stream)
+
+
+def graph_steps(steps: Iterable[GraphedStep], *, enabled: bool) -> None:
+    """Replay each of ``steps`` from a CUDA graph if ``enabled`` (``runtime.cuda_graphs``, on CUDA, in one process): the
+    one place a run's device steps are graphed, beside their compilation (``run.parts``)."""
+    if enabled:
+        for step in steps:
+            step.enable()

@@ -239,7 +239,6 @@ class Rollouts:
         population, buffer: the run's.
         generators: the run's random streams (``episodes`` draws the windows, ``exploration`` the noise).
         sharding: the slots held here; with several processes each day's transitions are exchanged.
-        graphs: replay the days as a CUDA graph (on CUDA, one process).
     """
 
     def __init__(
@@ -251,7 +250,6 @@ class Rollouts:
         *,
         generators: dict[str, torch.Generator],
         sharding: Sharding,
-        graphs: bool,
     ) -> None:
         rollout, evolution = config.rollout, config.evolution
         self.population, self.buffer = population, buffer
@@ -292,7 +290,7 @@ class Rollouts:
         )
         self.day: Callable[..., None] = roll_out_day
         """One day's step (``roll_out_day``); ``runtime.compiled`` may replace it by its compiled form."""
-        self.step = GraphedStep(work, device=market.device, enabled=graphs, generators=[exploration])
+        self.step = GraphedStep(work, device=market.device, generators=[exploration])
 
     def sample_starts(self) -> torch.Tensor:
         """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning episodes' starts, the
@@ -333,7 +331,6 @@ class Validation:
         population: Population,
         *,
         sharding: Sharding,
-        graphs: bool,
         starts: list[int] | None = None,
         days: int | None = None,
     ):
@@ -370,7 +367,7 @@ class Validation:
         )
         self.day: Callable[..., None] = validate_day
         """One day's step (``validate_day``); ``runtime.compiled`` may replace it by its compiled form."""
-        self.step = GraphedStep(functools.partial(self._days, work), device=market.device, enabled=graphs)
+        self.step = GraphedStep(functools.partial(self._days, work), device=market.device)
 
     def run(self) -> torch.Tensor:
         """(P + 2, E * D) daily log returns of the agents held here, the champion and equal weight, on the device

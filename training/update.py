@@ -49,7 +49,6 @@ class UpdatePhase:
         learner, buffer: the run's.
         generator: the replay stream (the batches' draws and the observation noise).
         sharding: the slots held here.
-        graphs: replay the update as a CUDA graph (on CUDA, one process).
     """
 
     def __init__(
@@ -60,7 +59,6 @@ class UpdatePhase:
         *,
         generator: torch.Generator,
         sharding: Sharding,
-        graphs: bool,
     ) -> None:
         settings, device = config.learner, buffer.storage["days"].device
         self.learner, self.buffer, self.generator = learner, buffer, generator
@@ -75,9 +73,7 @@ class UpdatePhase:
         self.loss_sums = torch.zeros(sharding.share.agents, len(self.loss_names), device=device)  # (P, losses)
         kinds = {learner.takes_actor_step(index) for index in range(settings.updates_per_generation)}
         self.steps = {
-            actor_step: GraphedStep(
-                functools.partial(self._summed, actor_step), device=device, enabled=graphs, generators=[generator]
-            )
+            actor_step: GraphedStep(functools.partial(self._summed, actor_step), device=device, generators=[generator])
             for actor_step in sorted(kinds)
         }
         self._sampled_size = -1  # the buffer size a captured update draws below

@@ -132,7 +132,7 @@ def test_untrained_is_the_seeded_population_agent_best_on_validation(market):
     with torch.no_grad():
         for mine, theirs in zip(holder.actor.parameters(), population.parameters()):
             mine.copy_(theirs)
-    validation = Validation(config, market, holder, sharding=Sharding(5), graphs=False)
+    validation = Validation(config, market, holder, sharding=Sharding(5))
     scores = validation.run()[:5].sum(dim=1)
     best = int(scores.argmax())
 

@@ -28,7 +28,7 @@ def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
     critic = losses[0]["critic"] + losses[1]["critic"] + losses[2]["critic"]
     actor = losses[0]["actor"] + losses[1]["actor"] + losses[2]["actor"]
     assert summed.update_phase.loss_names == ("actor", "critic")
-    assert torch.equal(summed.update_phase.loss_sums, torch.stack([critic, actor], dim=1))  # (P, 2)
+    assert torch.equal(summed.update_phase.loss_sums, torch.stack([actor, critic], dim=1))  # (P, 2)
     assert all(
         torch.equal(a, b) for a, b in zip(summed.population.actor.parameters(), stepped.population.actor.parameters())
     )
