@@ -71,8 +71,8 @@ def card_peaks(card: str) -> tuple[str, tuple[float, float, float]]:
 
 @contextlib.contextmanager
 def eager(trainer: Trainer) -> Iterator[None]:
-    """The trainer's graphed steps run eagerly inside (their graphs kept for after): each kernel dispatched."""
-    steps = [trainer.rollouts.step, trainer.validation.step, *trainer.update_phase.steps.values()]
+    """The trainer's graphed calls run eagerly inside (their graphs kept for after): each kernel dispatched."""
+    steps = [trainer.rollouts.graphed, trainer.validation.graphed, *trainer.update_phase.graphed.values()]
     enabled = [step.enabled for step in steps]
     for step in steps:
         step.enabled = False
@@ -119,7 +119,7 @@ def measure(
     settings = config.learner
     with tempfile.TemporaryDirectory() as folder:
         trainer = Trainer(config, load_market(config, device), Path(folder), log=lambda line: None)
-        graphed_update = any(step.enabled for step in trainer.update_phase.steps.values())
+        graphed_update = any(step.enabled for step in trainer.update_phase.graphed.values())
         enough = trainer.buffer.capacity if graphed_update else max(settings.learning_starts, settings.batch_size)
         while len(trainer.buffer) < enough:  # a graphed update is captured again whenever the buffer grows
             trainer.rollouts.run(trainer.rollouts.sample_starts())

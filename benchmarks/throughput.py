@@ -127,7 +127,7 @@ def measure_population(
 
         def update() -> None:
             for index in range(updates):
-                trainer.update_phase.step(trainer.population.learner.takes_actor_step(index))
+                trainer.update_phase.update(trainer.population.learner.takes_actor_step(index))
 
         eval_s = timed(device, evaluate, repeats=repeats)
         validate_s = timed(device, run_validation, repeats=repeats)
@@ -192,7 +192,7 @@ def update_efficiency(config: Config, device: torch.device, machine_flops: float
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
-        step = trainer.update_phase.step
+        step = trainer.update_phase.update
         counter = FlopCounterMode(display=False)
         with counter:
             step()
@@ -216,13 +216,13 @@ def profile_update(config: Config, device: torch.device, *, updates: int = 5, to
         trainer = build_trainer(config, device, Path(scratch))
         fill_buffer(trainer)
         for _ in range(2):
-            trainer.update_phase.step()
+            trainer.update_phase.update()
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as profiler:
             for _ in range(updates):
-                trainer.update_phase.step()
+                trainer.update_phase.update()
             synchronize(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     events = [e for e in profiler.key_averages() if getattr(e, key) > 0]

@@ -353,7 +353,7 @@ def compulsory_bytes(trainer: Trainer) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        trainer.update_phase.step()
+        trainer.update_phase.update()
     return 3 * parameters + 2 * parameters + 4 * parameters + 2 * targets + 2 * saved[0]
 
 
@@ -363,7 +363,7 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
         trainer = Trainer(config, load_market(config, device), Path(folder), log=lambda line: None)
         while len(trainer.buffer) < max(config.learner.learning_starts, config.learner.batch_size):
             trainer.rollouts.run(trainer.rollouts.sample_starts())
-        update = trainer.update_phase.step  # one batched update, eager: what is counted
+        update = trainer.update_phase.update  # one batched update, eager: what is counted
         with FlopCounterMode(display=False) as flops:
             update()
         kernels = count_kernels(update)
@@ -371,7 +371,7 @@ def measure(config: Any, *, updates: int, check_profiler: bool = False) -> dict[
         compulsory = compulsory_bytes(trainer)
         # The loop's update, as the update phase calls it: graphed with runtime.cuda_graphs on CUDA.
         trainer.update_phase.begin(frozen=torch.zeros(trainer.sharding.share.agents, dtype=torch.bool))
-        graphed = trainer.update_phase.steps[True]
+        graphed = trainer.update_phase.graphed[True]
         seconds = timed(
             lambda: trainer.update_phase(0), device, repeats=updates, warmup=graphed.warmup + 2
         )  # past capture

@@ -20,7 +20,7 @@ from run.streams import gate_generator, make_generators
 from runtime.boundary import to_host
 from runtime.compiled import CACHE_FOLDER, Compilation
 from runtime.device import keep_freed_host_memory, set_matmul_precision
-from runtime.graphs import graph_steps
+from runtime.graphs import graph_calls
 from runtime.sharding import Sharding
 from training.loop import Parts
 from training.rollout import Rollouts, Validation
@@ -80,7 +80,7 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     update_phase = UpdatePhase(config, population.learner, buffer, generator=generators["replay"], sharding=sharding)
     # Made fast in one block, as LeanRL does, the phases' code left as the algorithm reads: compiled with
     # ``runtime.torch_compile``, replayed as CUDA graphs with ``runtime.cuda_graphs``. A day whose transitions are
-    # exchanged between processes holds a collective: its decision is compiled alone, and no step is graphed.
+    # exchanged between processes holds a collective: its decision is compiled alone, and nothing is graphed.
     whole_days = not sharding.distributed
     compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
     compilation.learner_(population.learner)
@@ -88,8 +88,8 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         compilation.actor_(acting, decide=not whole_days)
         if whole_days:
             compilation.day_(phase)
-    steps = [rollouts.step, validation.step, *update_phase.steps.values()]
-    graph_steps(steps, enabled=config.runtime.cuda_graphs and whole_days)
+    calls = [rollouts.graphed, validation.graphed, *update_phase.graphed.values()]
+    graph_calls(calls, enabled=config.runtime.cuda_graphs and whole_days)
     return Parts(
         sharding=sharding,
         generators=generators,

@@ -13,7 +13,7 @@ compiled function is device arithmetic on fixed shapes:
 * ``dynamic=False``: each function compiles once for each shape it meets (a few, all in the first generations);
   afterwards nothing recompiles (the buffer filling, evolution's copies, the frozen elites' learning-rate scale and
   a resume change values, never shapes or Python constants: ``tests/runtime/test_compiled.py``);
-* inside a CUDA graph: the first calls, which compile, run before the capture (``GraphedStep``'s warm-up).
+* inside a CUDA graph: the first calls, which compile, run before the capture (``GraphedCall``'s warm-up).
 
 The compiled kernels are cached on disk (``TORCHINDUCTOR_CACHE_DIR``, by default ``.torch-compile-cache`` in the
 folder that holds the runs), so a restarted process (a resumed pod with the same volume) loads them instead of

@@ -199,7 +199,7 @@ def test_the_cpu_profiler_counts_the_kernels_the_dispatch_mode_counts_on_an_upda
     count of the same update, within 2% (on a GPU the check counts the CUDA kernels: gpu_smoke's roofline)."""
     trainer = small_trainer(tmp_path)
     throughput.fill_buffer(trainer)
-    check = update_roofline.profiler_check(trainer.update_phase.step, torch.device("cpu"))
+    check = update_roofline.profiler_check(trainer.update_phase.update, torch.device("cpu"))
     assert check["dispatched"] > 100
     assert check["ratio"] == pytest.approx(1.0, abs=0.02), check
 

@@ -189,7 +189,7 @@ def test_a_call_can_run_some_sections_and_an_unknown_one_is_refused_before_anyth
 
 
 def test_graphed_timings_come_from_the_generations_after_capture():
-    """A graphed step warms up for two calls and captures in the third: the medians leave those out, and a run
+    """A graphed call warms up for two calls and captures in the third: the medians leave those out, and a run
     whose every later generation captured says so instead of passing its captures off as replays."""
     from benchmarks.smoke_figures import steady_rows
 

@@ -9,12 +9,12 @@ One generation, as ``GenerationLoop.run_generation`` reads:
    validation range as one episode from cash; the best agent is crowned only if its edge over equal weight passes
    the champion gate (``training.selection``) and beats the champion's on the same days. Until then the champion
    is equal weight.
-3. Evolve: tournaments on the fitness measured in step 1, on the very parameters being bred (nothing has trained
+3. Evolve: tournaments on the fitness measured in phase 1, on the very parameters being bred (nothing has trained
    them since), applied in place (``training.evolution``).
-4. Update: every agent, offspring included, takes learner steps on batches from the shared buffer (``training.update``,
-   ``models.learner``).
+4. Update: every agent, offspring included, takes learner updates on batches from the shared buffer
+   (``training.update``, ``models.learner``).
 
-Step 4 changes the parameters after they were measured; the next generation's step 1 measures them again before
+Phase 4 changes the parameters after they were measured; the next generation's phase 1 measures them again before
 anything selects on them. The loop knows nothing of checkpoints, records, streams' seeding or stopping: a run
 (``run.trainer``) drives it, builds its parts once (``run.parts``) and may stop it at its pause points. Each phase
 runs on the training device, and its results come to the host in one place (``runtime.boundary``).
@@ -260,5 +260,5 @@ class GenerationLoop:
 
     def captures(self) -> int:
         """CUDA graphs captured so far by the rollouts, validation and the update phase (``runtime.graphs``)."""
-        steps = [self.rollouts.step, self.validation.step, *self.update_phase.steps.values()]
-        return sum(step.captures for step in steps)
+        calls = [self.rollouts.graphed, self.validation.graphed, *self.update_phase.graphed.values()]
+        return sum(call.captures for call in calls)

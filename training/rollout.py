@@ -30,7 +30,7 @@ from environment.vector_env import Step, VectorPortfolioEnv
 from models.networks import Actor, ActorFeatures
 from models.population import Population
 from models.replay import ReplayBuffer
-from runtime.graphs import GraphedStep
+from runtime.graphs import GraphedCall
 from runtime.sharding import Sharding
 from training.fitness import episode_returns, fitness, training_starts
 
@@ -290,7 +290,7 @@ class Rollouts:
         )
         self.day: Callable[..., None] = roll_out_day
         """One day's step (``roll_out_day``); ``runtime.compiled`` may replace it by its compiled form."""
-        self.step = GraphedStep(work, device=market.device, generators=[exploration])
+        self.graphed = GraphedCall(work, device=market.device, generators=[exploration])
 
     def sample_starts(self) -> torch.Tensor:
         """(E,) start days, drawn on the host: the first ``stored_episodes`` from the learning episodes' starts, the
@@ -306,7 +306,7 @@ class Rollouts:
         """Every window from ``start_days``; (P, E, D) per-day rewards of the agents held here (the environment's
         history, valid until its next reset)."""
         self.env.reset(start_days)
-        self.step()
+        self.graphed()
         self.buffer.commit(self.population.popsize * self.stored_episodes * self.env.episode_days)
         return self.env.rewards_per_episode
 
@@ -367,18 +367,18 @@ class Validation:
         )
         self.day: Callable[..., None] = validate_day
         """One day's step (``validate_day``); ``runtime.compiled`` may replace it by its compiled form."""
-        self.step = GraphedStep(functools.partial(self._days, work), device=market.device)
+        self.graphed = GraphedCall(functools.partial(self._days, work), device=market.device)
 
     def run(self) -> torch.Tensor:
         """(P + 2, E * D) daily log returns of the agents held here, the champion and equal weight, on the device
         (one episode, the validation range, unless built with other ``starts``)."""
         self.env.reset(self.starts)
-        self.step()
+        self.graphed()
         return self.env.rewards_per_episode.flatten(1)
 
     @torch.no_grad()
     def _days(self, work: Callable[[], None]) -> None:
-        """The population's actors and the champion into ``acting``'s rows, then the days: one device step."""
+        """The population's actors and the champion into ``acting``'s rows, then the days: one graphed call."""
         agents = self.population.actor.popsize
         for acting, actor, champion in zip(
             self.acting.parameters(), self.population.actor.parameters(), self.population.champion.parameters()

@@ -16,7 +16,7 @@ from config import Config
 from models.learner import Learner
 from models.replay import ReplayBatch, ReplayBuffer
 from models.share import Share
-from runtime.graphs import GraphedStep
+from runtime.graphs import GraphedCall
 from runtime.sharding import Sharding
 
 
@@ -72,8 +72,8 @@ class UpdatePhase:
         self.loss_names = learner.loss_names
         self.loss_sums = torch.zeros(sharding.share.agents, len(self.loss_names), device=device)  # (P, losses)
         kinds = {learner.takes_actor_step(index) for index in range(settings.updates_per_generation)}
-        self.steps = {
-            actor_step: GraphedStep(functools.partial(self._summed, actor_step), device=device, generators=[generator])
+        self.graphed = {
+            actor_step: GraphedCall(functools.partial(self._summed, actor_step), device=device, generators=[generator])
             for actor_step in sorted(kinds)
         }
         self._sampled_size = -1  # the buffer size a captured update draws below
@@ -86,19 +86,19 @@ class UpdatePhase:
         if frozen is not None:
             self.learner.hold_actors_(frozen)
         if self.buffer.size != self._sampled_size:  # a Python value of the graphs: capture the updates again
-            for step in self.steps.values():
-                step.invalidate()
+            for call in self.graphed.values():
+                call.invalidate()
             self._sampled_size = self.buffer.size
 
     def __call__(self, index: int) -> None:
         """The generation's ``index``-th update of every agent, its losses added to the sums."""
-        self.steps[self.learner.takes_actor_step(index)]()
+        self.graphed[self.learner.takes_actor_step(index)]()
 
     def updates_counted(self, updates: int) -> dict[str, int]:
         """How many of ``updates`` updates computed each loss (``Learner.loss_counts``)."""
         return self.learner.loss_counts(updates)
 
-    def step(self, actor_step: bool = True) -> dict[str, torch.Tensor]:
+    def update(self, actor_step: bool = True) -> dict[str, torch.Tensor]:
         """One batch per agent from the buffer, one update of all agents; the (P,) losses, not summed."""
         batch = self.buffer.sample(self.generator)
         if self.noise is not None:
@@ -106,7 +106,7 @@ class UpdatePhase:
         return self.learner.update(batch, actor_step=actor_step)
 
     def _summed(self, actor_step: bool) -> None:
-        losses = self.step(actor_step)
+        losses = self.update(actor_step)
         for column, name in enumerate(self.loss_names):
             if name in losses:
                 self.loss_sums[:, column] += losses[name]

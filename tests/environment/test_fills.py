@@ -227,7 +227,7 @@ def test_every_environment_and_the_learner_trade_through_the_one_fill_rule(monke
     with tempfile.TemporaryDirectory() as folder:
         trainer = Trainer(config, market, Path(folder), log=lambda line: None)
         trainer.rollouts.run(trainer.rollouts.sample_starts())
-        trainer.update_phase.step()
+        trainer.update_phase.update()
         trainer.checkpoints.close()
     env = gym_env.PortfolioEnv(market, lookback=16, episode_days=3, cost_rate=0.001, execution_delay=1)
     env.reset(seed=0)

@@ -25,7 +25,7 @@ def test_the_parts_fit_the_config_and_share_the_population_and_the_buffer():
     assert parts.rollouts.buffer is parts.update_phase.buffer is parts.buffer
     assert parts.rollouts.env.weights.shape == (popsize, episodes, market.num_assets + 1)
     assert parts.validation.env.weights.shape == (popsize + 2, 1, market.num_assets + 1)  # the champion, equal weight
-    assert parts.gate is not None and not parts.rollouts.step.enabled  # CUDA graphs are for CUDA
+    assert parts.gate is not None and not parts.rollouts.graphed.enabled  # CUDA graphs are for CUDA
 
 
 def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process_on_cuda(cuda):
@@ -33,5 +33,5 @@ def test_a_run_selected_by_bonferroni_has_no_gate_and_graphs_are_for_one_process
     assert build_parts(config, market).gate is None
     on_cuda = override(config, {"runtime.device": "cuda"})
     parts = build_parts(on_cuda, load_market(on_cuda, torch.device("cuda")))
-    assert parts.rollouts.step.enabled and parts.validation.step.enabled
-    assert all(step.enabled for step in parts.update_phase.steps.values())
+    assert parts.rollouts.graphed.enabled and parts.validation.graphed.enabled
+    assert all(step.enabled for step in parts.update_phase.graphed.values())

@@ -1,4 +1,4 @@
-"""The generation's device steps as CUDA graphs (``runtime.graphs``): the same numbers as the eager steps.
+"""The generation's device work as CUDA graphs (``runtime.graphs``): the same numbers as the eager calls.
 
 On the emulated CUDA device of ``tests/emulated_cuda.py`` a capture runs nothing and a replay runs the recorded
 operations with what was baked in at the capture, as on a GPU; so a step that were not graph-safe (a Python count
@@ -15,7 +15,7 @@ import torch
 from config import override, preset
 from run.launch import resume_run, start_run
 from run.trainer import Trainer
-from runtime.graphs import GraphedStep
+from runtime.graphs import GraphedCall
 from tests.emulated_cuda import SyncError, emulate_cuda
 from tests.run_checks import deterministic, rows, state_digest
 
@@ -54,9 +54,9 @@ def test_replayed_graphs_train_the_eager_numbers_bit_for_bit(tmp_path):
     assert all(row["updates"] == 4 for row in rows(graphed.run_dir))
     # The rollout's days and validation's are one graph each, captured once; the update's is captured again while the
     # buffer fills (its size bounds the draws), then kept: sizes 168, 336 and then the full 400.
-    assert graphed.rollouts.step.captures == 1 and graphed.validation.step.captures == 1
-    assert graphed.update_phase.steps[True].captures == 3
-    assert eager.update_phase.steps[True].captures == eager.rollouts.step.captures == 0
+    assert graphed.rollouts.graphed.captures == 1 and graphed.validation.graphed.captures == 1
+    assert graphed.update_phase.graphed[True].captures == 3
+    assert eager.update_phase.graphed[True].captures == eager.rollouts.graphed.captures == 0
 
 
 @pytest.mark.slow
@@ -67,10 +67,10 @@ def test_replayed_graphs_train_the_eager_numbers_on_the_device(tmp_path, cuda):
     could part at an evolution decision on a near tie)."""
     graphed = train(tmp_path / "graphs", graphs=True, generations=3)
     eager = train(tmp_path / "eager", graphs=False, generations=3)
-    assert graphed.rollouts.step.captures == graphed.validation.step.captures == 1
+    assert graphed.rollouts.graphed.captures == graphed.validation.graphed.captures == 1
     # Each generation's row counts the graphs it captured: the update's while the buffer fills, the days' in the third.
     captured = [row["graph_captures"] for row in rows(graphed.run_dir)]
-    steps = [graphed.rollouts.step, graphed.validation.step, *graphed.update_phase.steps.values()]
+    steps = [graphed.rollouts.graphed, graphed.validation.graphed, *graphed.update_phase.graphed.values()]
     assert sum(captured) == sum(step.captures for step in steps) and captured[2] >= 2
     assert all(row["graph_captures"] == 0 for row in rows(eager.run_dir))
     exact = cuda.kind == "emulated"
@@ -95,7 +95,7 @@ def test_a_run_with_graphs_resumes_bit_for_bit(tmp_path, cuda):
 def test_graphs_on_the_cpu_are_the_eager_steps(tmp_path):
     trainer = start_run(smoke(tmp_path, graphs=True, **{"runtime.device": "cpu"}), log=lambda line: None).trainer
     trainer.run(until=1)
-    steps = [trainer.rollouts.step, trainer.validation.step, *trainer.update_phase.steps.values()]
+    steps = [trainer.rollouts.graphed, trainer.validation.graphed, *trainer.update_phase.graphed.values()]
     assert not any(step.enabled for step in steps) and not any(step.captures for step in steps)
 
 
@@ -107,7 +107,7 @@ def test_a_replay_repeats_the_captured_work_with_the_capture_s_python_values():
         generator = torch.Generator(device="cuda").manual_seed(1)
         total = torch.zeros(3, device="cuda")
         bound = [5]
-        step = GraphedStep(
+        step = GraphedCall(
             lambda: total.add_(torch.randint(bound[0], (3,), generator=generator, device="cuda")),
             device=torch.device("cuda", 0),
             enabled=True,
@@ -143,7 +143,7 @@ def test_a_value_that_changes_is_compiled_for_outside_any_capture():
             tensor.add_(bound)
 
         total, bound = torch.zeros(3, device="cuda"), [5]
-        step = GraphedStep(lambda: compiled(total, bound[0]), device=torch.device("cuda", 0), enabled=True)
+        step = GraphedCall(lambda: compiled(total, bound[0]), device=torch.device("cuda", 0), enabled=True)
         for _ in range(4):
             step()
         bound[0] = 7  # the buffer grew: the step reads a new value
@@ -167,7 +167,7 @@ def test_a_step_that_is_not_graph_safe_fails_at_its_capture(work, error):
     with emulate_cuda():
         tensor = torch.zeros(3, device="cuda")
         generator = torch.Generator(device="cuda")
-        step = GraphedStep(lambda: work(tensor, generator), device=torch.device("cuda", 0), enabled=True, warmup=0)
+        step = GraphedCall(lambda: work(tensor, generator), device=torch.device("cuda", 0), enabled=True, warmup=0)
         with pytest.raises((SyncError, RuntimeError), match=error):
             step()
 
@@ -183,5 +183,5 @@ def test_a_long_short_book_at_a_cadence_replays_the_eager_numbers_bit_for_bit(tm
             config = smoke(tmp_path / str(graphs), graphs=graphs, generations=3, **book)
             runs[graphs] = start_run(config, log=lambda line: None).trainer
             runs[graphs].run(until=3)
-    assert runs[True].rollouts.step.captures == 1
+    assert runs[True].rollouts.graphed.captures == 1
     assert state_digest(runs[True].run_dir) == state_digest(runs[False].run_dir)

@@ -196,25 +196,25 @@ def episode_returns_by_index_add(mp: pytest.MonkeyPatch) -> None:
 
 
 def side_stream_not_waited_for(mp: pytest.MonkeyPatch) -> None:
-    # The graphed steps' eager calls and captures run on a side stream; without the wait back, the default stream
+    # The graphed calls' eager calls and captures run on a side stream; without the wait back, the default stream
     # reads the parameters and states they wrote while they may still be running.
-    def on_side_stream(step: graphs.GraphedStep, work: Callable[[], None]) -> None:
+    def on_side_stream(step: graphs.GraphedCall, work: Callable[[], None]) -> None:
         step._stream.wait_stream(torch.cuda.current_stream(step.device))
         with torch.cuda.stream(step._stream):
             work()
 
-    mp.setattr(graphs.GraphedStep, "_on_side_stream", on_side_stream)
+    mp.setattr(graphs.GraphedCall, "_on_side_stream", on_side_stream)
 
 
 def side_stream_not_waiting(mp: pytest.MonkeyPatch) -> None:
     # The side stream starts on tensors the default stream has just written, without waiting for it.
-    def on_side_stream(step: graphs.GraphedStep, work: Callable[[], None]) -> None:
+    def on_side_stream(step: graphs.GraphedCall, work: Callable[[], None]) -> None:
         current = torch.cuda.current_stream(step.device)
         with torch.cuda.stream(step._stream):
             work()
         current.wait_stream(step._stream)
 
-    mp.setattr(graphs.GraphedStep, "_on_side_stream", on_side_stream)
+    mp.setattr(graphs.GraphedCall, "_on_side_stream", on_side_stream)
 
 
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
@@ -250,8 +250,8 @@ INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
     "the evolution plan staged through one pinned buffer": (plan_through_one_pinned_buffer, RaceError, "reading"),
     "a boolean mask inside the captured update": (positive_losses_picked_by_a_mask, SyncError, "capturing"),
     "episode returns summed with index_add_ (atomics)": (episode_returns_by_index_add, NondeterministicError, "order"),
-    "the graphed steps' side stream not waited for": (side_stream_not_waited_for, RaceError, "without waiting"),
-    "the graphed steps' side stream not waiting": (side_stream_not_waiting, RaceError, "without waiting"),
+    "the graphed calls' side stream not waited for": (side_stream_not_waited_for, RaceError, "without waiting"),
+    "the graphed calls' side stream not waiting": (side_stream_not_waiting, RaceError, "without waiting"),
 }
 
 

@@ -55,7 +55,7 @@ def phases(trainer: Trainer) -> dict[str, callable]:
 
     def update() -> None:
         for _ in range(3):
-            trainer.update_phase.step()
+            trainer.update_phase.update()
 
     return {
         "evaluate": lambda: trainer.rollouts.run(starts),

@@ -24,7 +24,7 @@ def test_the_sums_are_the_losses_of_each_update_added_on_the_device(tmp_path):
     summed.update_phase.begin(frozen=frozen)
     for index in range(3):
         summed.update_phase(index)
-    losses = [stepped.update_phase.step() for _ in range(3)]
+    losses = [stepped.update_phase.update() for _ in range(3)]
     critic = losses[0]["critic"] + losses[1]["critic"] + losses[2]["critic"]
     actor = losses[0]["actor"] + losses[1]["actor"] + losses[2]["actor"]
     assert summed.update_phase.loss_names == ("actor", "critic")
@@ -89,9 +89,9 @@ def test_observation_noise_perturbs_the_replayed_windows_in_place_with_one_buffe
     noisy = trainer_with(tmp_path / "noisy", **{"learner.observation_noise": 0.5, **discounted})
     for name, trainer in (("quiet", quiet), ("noisy", noisy)):
         monkeypatch.setattr(trainer.update_phase.learner, "update", capture(name, trainer.update_phase.learner))
-        trainer.update_phase.step()
+        trainer.update_phase.update()
         draws = None if trainer.update_phase.noise is None else trainer.update_phase.noise.draws.data_ptr()
-        trainer.update_phase.step()
+        trainer.update_phase.update()
         assert draws is None or trainer.update_phase.noise.draws.data_ptr() == draws  # one buffer, allocated once
         trainer.checkpoints.close()
     assert quiet.update_phase.noise is None
@@ -114,7 +114,7 @@ def test_at_gamma_0_the_next_observations_are_not_gathered_and_nothing_learned_c
     full.buffer.gathers_next_obs = True  # as before the learner said what it reads
     for trainer in (lean, full):
         for _ in range(3):
-            trainer.update_phase.step()
+            trainer.update_phase.update()
         trainer.checkpoints.close()
     for key, tensor in full.population.state_tensors().items():
         assert torch.equal(lean.population.state_tensors()[key], tensor), key
