@@ -98,3 +98,42 @@ def test_the_module_counter_sees_each_form_of_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("import training.loop\nfrom training import rollout\nfrom training.selection import x\n")
     assert imported_modules(module, "training") == {"training.loop", "training.rollout", "training.selection"}
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def product_files() -> list[Path]:
+    return [REPO / "main.py", *(path for package in PACKAGES for path in (REPO / package).rglob("*.py"))]
+
+
+def long_functions(path: Path, *, root: Path = REPO) -> list[str]:
+    """Functions over ``MAX_FUNCTION_LINES`` lines whose docstring does not say why they read whole."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        reason = "reads whole" in " ".join((ast.get_docstring(node) or "").split())
+        if node.end_lineno - node.lineno >= MAX_FUNCTION_LINES and not reason:
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_no_module_or_function_outgrows_one_reading():
+    """A module over 600 lines or a function over 80 holds two concerns more often than not: split it, or say in its
+    docstring why it reads whole."""
+    long_modules = [
+        f"{path.relative_to(REPO)} ({lines} lines)"
+        for path in product_files()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long_modules, long_modules
+    assert not [name for path in product_files() for name in long_functions(path)]
+
+
+def test_the_length_check_sees_a_long_function_and_its_reason(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    module = tmp_path / "m.py"
+    module.write_text(f"def long():\n{body}\n\ndef kept():\n    '''It reads whole: one table.'''\n{body}")
+    assert [entry.split()[-1] for entry in long_functions(module, root=tmp_path)] == ["long"]
