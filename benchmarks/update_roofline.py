@@ -6,7 +6,7 @@ its kernel launches.
     python benchmarks/update_roofline.py --json
     python benchmarks/update_roofline.py --preset paper --set runtime.device=cpu --check-profiler
 
-One batched update of every agent (``UpdatePhase.step``: the buffer's sample, both losses and backward passes, the
+One batched update of every agent (``UpdatePhase.update``: the buffer's sample, both losses and backward passes, the
 per-agent clip, both Adams, Polyak averaging), timed over ``--updates`` calls after the buffer is filled by rollouts
 and the first calls are left out; with ``runtime.cuda_graphs`` on CUDA, as the loop runs it (``runtime.graphs``).
 The counts below are of one eager call: the same on every device.

@@ -259,13 +259,13 @@ def the_outgoing_champion_kept_on_each_crowning(mp, kept):
 @injection
 def an_unbounded_loss_history(mp, kept):
     # Every update's per-agent losses appended to a history that is never trimmed.
-    wrap(mp, update_module.UpdatePhase, "step", after=lambda result, *a, **kw: kept.append(result["actor"].tolist()))
+    wrap(mp, update_module.UpdatePhase, "update", after=lambda result, *a, **kw: kept.append(result["actor"].tolist()))
 
 
 @injection
 def a_few_python_floats_per_generation(mp, kept):
     # Untracked by the collector and a few blocks each: 16 floats a generation at the test's scale.
-    wrap(mp, update_module.UpdatePhase, "step", after=lambda result, *a, **kw: kept.extend(result["actor"].tolist()))
+    wrap(mp, update_module.UpdatePhase, "update", after=lambda result, *a, **kw: kept.extend(result["actor"].tolist()))
 
 
 @injection

@@ -183,7 +183,7 @@ def plan_through_one_pinned_buffer(mp: pytest.MonkeyPatch) -> None:
 
 def positive_losses_picked_by_a_mask(mp: pytest.MonkeyPatch) -> None:
     # Inside the captured update: a boolean mask's result has as many rows as the device says, so the host waits.
-    after(mp, update.UpdatePhase, "step", lambda losses: losses["actor"][losses["actor"] > 0].sum())
+    after(mp, update.UpdatePhase, "update", lambda losses: losses["actor"][losses["actor"] > 0].sum())
 
 
 def episode_returns_by_index_add(mp: pytest.MonkeyPatch) -> None:
@@ -220,7 +220,7 @@ def side_stream_not_waiting(mp: pytest.MonkeyPatch) -> None:
 INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
     "device results not brought to the host (numpy of the device's relatives)": (no_boundary, TypeError, "numpy"),
     "a python float of each update's loss": (
-        lambda mp: after(mp, update.UpdatePhase, "step", lambda losses: float(losses["actor"].sum())),
+        lambda mp: after(mp, update.UpdatePhase, "update", lambda losses: float(losses["actor"].sum())),
         HostReadError,
         "reads a value",
     ),
