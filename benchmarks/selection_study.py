@@ -56,11 +56,11 @@ from environment.features import FEATURE_CLIP, WARMUP_DAYS, raw_features
 from environment.loading import load_market
 from environment.market import Market, Splits
 from environment.synthetic import make_market
-from run.records import Scores
 from run.streams import gate_generator
 from run.trainer import Trainer
 from training import selection
 from training.fitness import training_starts
+from training.loop import Scores
 from training.rollout import Validation
 from training.selection import stationary_bootstrap
 

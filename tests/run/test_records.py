@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from run.records import Scores, closest_to_proof, format_line, selection_verdict
+from run.records import closest_to_proof, format_line, selection_verdict
+from training.loop import Scores
 from training.selection import TRADING_DAYS, ValidationReturns, edge_bounds, edges
 
 ROW = {
