@@ -107,7 +107,7 @@ def actor_spec(
     if market.feature_mean is None or market.feature_std is None:
         raise ValueError("the market has no normalisation statistics")
     lookback, num_assets, num_features = config.env.lookback, market.num_assets, market.num_features
-    delay = config.env.execution_delay
+    delay, long_short = config.env.execution_delay, Book.from_env(config.env).long_short
     train, validation, holdout = market.splits.train, market.splits.validation, market.splits.holdout
 
     def span(days: range) -> list[str]:
@@ -132,8 +132,8 @@ def actor_spec(
         "feature_definitions": dict(zip(market.feature_names, market.feature_definitions, strict=True)),
         "lookback": lookback,
         "warmup_days": WARMUP_DAYS,
-        "observation": observation_spec(num_assets, lookback * num_features, delay),
-        "action": action_spec(num_assets, delay),
+        "observation": observation_spec(num_assets, lookback * num_features, delay, long_short=long_short),
+        "action": action_spec(num_assets, delay, long_short=long_short),
         "execution_delay": delay,
         "book": book_spec(config),
         "universe": config.data.universe,
@@ -170,9 +170,9 @@ def actor_spec(
     }
 
 
-def observation_spec(num_assets: int, window_size: int, delay: int) -> dict[str, Any]:
+def observation_spec(num_assets: int, window_size: int, delay: int, *, long_short: bool) -> dict[str, Any]:
     """What ``actor.json`` says an observation is: its windows, weights and tradable assets, as the actor reads them
-    at ``execution_delay`` ``delay``."""
+    at ``execution_delay`` ``delay``, in a long-only or a ``long_short`` book."""
     return {
         "windows": {
             "shape": [num_assets, window_size],
@@ -181,8 +181,13 @@ def observation_spec(num_assets: int, window_size: int, delay: int) -> dict[str,
         },
         "weights": {
             "shape": [num_assets + 1],
-            "layout": "portfolio weights, cash first, then the tickers in order; non-negative, sum 1; a new "
-            "portfolio is all cash [1, 0, ..., 0]; "
+            "layout": "portfolio weights, cash first, then the tickers in order; "
+            + (
+                "signed (a short is negative), sum 1: cash is 1 minus the assets' sum, negative for a loan; "
+                if long_short
+                else "non-negative, sum 1; "
+            )
+            + "a new portfolio is all cash [1, 0, ..., 0]; "
             + (
                 "after a day they are the targets drifted with prices (the holdings at the close of t)"
                 if delay == 0
@@ -200,11 +205,17 @@ def observation_spec(num_assets: int, window_size: int, delay: int) -> dict[str,
     }
 
 
-def action_spec(num_assets: int, delay: int) -> dict[str, Any]:
-    """What ``actor.json`` says an action is: target weights, and when they fill at ``execution_delay`` ``delay``."""
+def action_spec(num_assets: int, delay: int, *, long_short: bool) -> dict[str, Any]:
+    """What ``actor.json`` says an action is: target weights of its book (long-only or ``long_short``), and when they
+    fill at ``execution_delay`` ``delay``."""
     return {
         "shape": [num_assets + 1],
-        "meaning": "target weights, cash first: softmax of the actor's logits; "
+        "meaning": "target weights, cash first: "
+        + (
+            "the long-short book's weights of the actor's logits, within its limits (see book); "
+            if long_short
+            else "softmax of the actor's logits; "
+        )
         + (
             "they fill at the close of t and are held to the close of t + 1"
             if delay == 0

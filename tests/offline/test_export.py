@@ -238,4 +238,8 @@ def test_the_readme_code_makes_the_books_weights_from_the_logits(exported, setti
     namespace["actor_logits"] = lambda *_: logits
     got = namespace["target_weights"](None, None, None, None, export.book_spec(config))
     torch.testing.assert_close(got, book.limit(book.weights(logits)), atol=1e-6, rtol=0)
-    assert json.loads((exported / "actor.json").read_text())["book"]["kind"] == "long_only"
+    spec = json.loads((exported / "actor.json").read_text())
+    assert spec["book"]["kind"] == "long_only" and "non-negative" in spec["observation"]["weights"]["layout"]
+    short = export.observation_spec(3, 6, 1, long_short=True)["weights"]["layout"]
+    assert "signed" in short and "non-negative" not in short
+    assert "softmax" not in export.action_spec(3, 1, long_short=True)["meaning"]
