@@ -54,14 +54,8 @@ class Donors(NamedTuple):
     """The agents whose rows the tensors hold (row ``s - share.slots.start`` is slot ``s``)."""
 
     @classmethod
-    def local(
-        cls,
-        tensors: list[torch.Tensor],
-        donors: list[torch.Tensor] | None = None,
-        offspring: torch.Tensor | None = None,
-    ) -> Donors:
-        """Every slot of the population in the tensors themselves (one process holds them all); ``donors`` and
-        ``offspring`` are what a split population would fetch (``runtime.sharding.Sharding.donors``)."""
+    def local(cls, tensors: list[torch.Tensor]) -> Donors:
+        """Every slot of the population in the tensors themselves (one process holds them all)."""
         popsize = tensors[0].shape[0]
         return cls(tensors, torch.arange(popsize, device=tensors[0].device), Share.whole(popsize))
 

@@ -150,8 +150,8 @@ def mutate_(
 
 
 DonorSource = Callable[[list[torch.Tensor], list[torch.Tensor], torch.Tensor], Donors]
-"""(tensors, donor slots of each offspring slot (one (P,) tensor per donor), offspring slots) -> where their rows
-are: ``Donors.local`` in one process, ``runtime.sharding.Sharding.donors`` for a population split over several."""
+"""(tensors, donor slots of each offspring slot (one (P,) tensor per kind of donor), offspring slots) -> where their
+rows are, for a population split over processes (``runtime.sharding.Sharding.donors``)."""
 
 
 @torch.no_grad()
@@ -162,19 +162,24 @@ def evolve_(
     mutation_fraction: float,
     mutation_stdev: float,
     generator: torch.Generator,
-    donors: DonorSource = Donors.local,
+    donors: DonorSource | None = None,
 ) -> None:
     """Apply ``plan`` (made on the host, the same on every process) to every agent tensor of ``population`` in
     place (see the module docstring); ``generator`` draws the mutations on the population's device; ``donors`` finds
-    the parents' and mates' rows (for a split population, fetched from the processes that hold them: the tensors
-    copied from parents in one exchange, the actors of parents and mates in another)."""
+    the parents' and mates' rows of a split population, fetched from the processes that hold them (the tensors
+    copied from parents in one exchange, the actors of parents and mates in another); None: this process holds them
+    all."""
     share = population.share
     inheritance = population.learner.inheritance()
     actor_tensors = list(inheritance.blended.values())
     parent_tensors = list(inheritance.copied.values())
     offspring, device_plan = plan.offspring, plan.to(population.device)
-    copy_from_parents_(parent_tensors, device_plan, donors(parent_tensors, [plan.parents], offspring))
-    actor_donors = donors(actor_tensors, [plan.parents, plan.mates], offspring)
+
+    def rows_of(group: list[torch.Tensor], kinds: list[torch.Tensor]) -> Donors:
+        return Donors.local(group) if donors is None else donors(group, kinds, offspring)
+
+    copy_from_parents_(parent_tensors, device_plan, rows_of(parent_tensors, [plan.parents]))
+    actor_donors = rows_of(actor_tensors, [plan.parents, plan.mates])
     crossover_(actor_tensors, device_plan, actor_donors)
     mutate_(
         actor_tensors,
