@@ -82,6 +82,35 @@ POPULATION_COPIES = "population's checkpoint copies (evolution.popsize): staged 
 GATE = "selection gate's resamples (selection.bootstrap_draws x data.validation_days)"
 
 
+class RunShape(NamedTuple):
+    """What a process's memory depends on besides the config: the market's shape, the processes the population is
+    shared by (each holds P / W agents, ``runtime.sharding``), and the training device's type."""
+
+    num_assets: int
+    num_features: int
+    processes: int = 1
+    device: torch.device | str = "cpu"
+    tradable_mask: bool = False
+    """The market's assets do not all trade every day (``Market.tradable``)."""
+
+    @classmethod
+    def of(cls, market: Market, *, processes: int = 1) -> RunShape:
+        tradable_mask = market.tradable is not None
+        return cls(market.num_assets, market.num_features, processes, market.device, tradable_mask)
+
+    @property
+    def on_cuda(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+    def agents(self, popsize: int) -> int:
+        """The agents one process holds."""
+        return popsize // self.processes
+
+    def window(self, config: Config) -> int:
+        """An observation window's values per asset (``environment.observation.window_size``)."""
+        return window_size(config.env.lookback, self.num_features)
+
+
 # ---------------------------------------------------------------------------------------------- the learner
 
 
@@ -214,23 +243,15 @@ def _no_cache_left_behind() -> Iterator[None]:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
 
 
-def working_bytes(
-    config: Config,
-    *,
-    num_assets: int,
-    num_features: int,
-    processes: int = 1,
-    device: torch.device | str = "cpu",
-    tradable_mask: bool = False,
-) -> dict[str, int]:
-    """The memory each phase of a generation allocates and releases, in one of ``processes`` (by ``PHASES`` key) on a
-    ``device`` of that type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``). Random draws are
-    made for the whole population on every process (``runtime.sharding``), so they count all P."""
+def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
+    """The memory each phase of a generation allocates and releases, in one of ``shape.processes`` (by ``PHASES`` key)
+    on a device of ``shape.device``'s type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``).
+    Random draws are made for the whole population on every process (``runtime.sharding``), so they count all P."""
     model, settings, rollout = config.model, config.learner, config.rollout
-    popsize = config.evolution.popsize
-    agents = popsize // processes
+    popsize, num_assets, processes = config.evolution.popsize, shape.num_assets, shape.processes
+    agents = shape.agents(popsize)
     episodes, n1 = rollout.episodes, num_assets + 1
-    window = window_size(config.env.lookback, num_features)
+    window = shape.window(config)
     values = learner_values(config, window)
     actor, others = values.actor, values.networks - values.actor + 2 * values.trained  # a parent's other tensors
     # bf16 copies of an encoder's weights, cached by autocast for one forward
@@ -242,7 +263,7 @@ def working_bytes(
     # (target * relatives, next weights, a weights clone).
     def block_bytes(rows: int, episodes: int, days: int) -> int:
         per_day = rollout_module.block_bytes_per_day(model, agents=rows, episodes=episodes, assets=num_assets)
-        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day, device=device))
+        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day, device=shape.device))
         day = FLOAT_BYTES * rows * episodes * (2 * num_assets * model.head_hidden + 2 * model.head_hidden)
         return per_day * longest + day
 
@@ -273,7 +294,7 @@ def working_bytes(
     pairs = agents * settings.batch_size
     vectors = 4 * n1 + num_assets + 3 + (n1 + num_assets if config.env.execution_delay else 0)
     batch = FLOAT_BYTES * pairs * vectors + INDEX_BYTES * (2 * pairs + popsize * settings.batch_size)
-    if tradable_mask:
+    if shape.tradable_mask:
         batch += 3 * pairs * num_assets
     if settings.algorithm == "td3" and settings.gamma > 0:
         batch += FLOAT_BYTES * n1 * settings.batch_size * (popsize + agents)
@@ -285,34 +306,27 @@ def working_bytes(
 # ---------------------------------------------------------------------------------------------- a process
 
 
-def buffer_tensor_bytes(config: Config, *, num_assets: int, tradable_mask: bool = True) -> list[int]:
+def buffer_tensor_bytes(config: Config, shape: RunShape) -> list[int]:
     """Bytes of each of the buffer's tensors, read off its storage on the meta device (``models.replay``); it keeps the
     previous order as it filled where a decision sees it as sent (``environment.vector_env.sees_orders_as_sent``)."""
     env = config.env
-    held = sees_orders_as_sent(env.execution_delay, env.rebalance_every, partly_tradable=tradable_mask)
-    storage = storage_tensors(config.learner.buffer_size, num_assets, held=held, device="meta")
+    held = sees_orders_as_sent(env.execution_delay, env.rebalance_every, partly_tradable=shape.tradable_mask)
+    storage = storage_tensors(config.learner.buffer_size, shape.num_assets, held=held, device="meta")
     return [tensor.nbytes for tensor in storage.values()]
 
 
-def process_bytes(
-    config: Config,
-    *,
-    num_assets: int,
-    num_features: int,
-    processes: int = 1,
-    device: torch.device | str = "cpu",
-    tradable_mask: bool = False,
-) -> dict[str, int]:
-    """Bytes one of ``processes`` needs on its training ``device``, by item (each named by the keys that size it):
+def process_bytes(config: Config, shape: RunShape) -> dict[str, int]:
+    """Bytes one of ``shape.processes`` needs on its training device, by item (each named by the keys that size it):
     what it allocates once, its slots of the population (P / W, ``runtime.sharding``) and the whole buffer, and the
-    working memory of its largest phase (``tradable_mask``: the market's assets do not all trade every day)."""
+    working memory of its largest phase."""
     popsize, episodes = config.evolution.popsize, config.rollout.episodes
-    agents = popsize // processes
+    num_assets, processes = shape.num_assets, shape.processes
+    agents = shape.agents(popsize)
     n1 = num_assets + 1
-    window = window_size(config.env.lookback, num_features)
+    window = shape.window(config)
     batch = config.learner.batch_size
     needs = {
-        BUFFER: sum(buffer_tensor_bytes(config, num_assets=num_assets, tradable_mask=tradable_mask)),
+        BUFFER: sum(buffer_tensor_bytes(config, shape)),
         # observation and next observation windows of every sampled transition
         SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
         **population_bytes(config, window, agents=agents),
@@ -332,39 +346,30 @@ def process_bytes(
         needs[OBSERVATION_NOISE] = popsize * batch * num_assets * window * FLOAT_BYTES
     if processes > 1:  # this process's transitions of a step and every process's (training.rollout.SharedSteps)
         needs[EXCHANGE] = (agents + popsize) * episodes * (3 * n1 + 1) * FLOAT_BYTES
-    phases = working_bytes(
-        config,
-        num_assets=num_assets,
-        num_features=num_features,
-        processes=processes,
-        device=device,
-        tradable_mask=tradable_mask,
-    )
+    phases = working_bytes(config, shape)
     largest = max(phases, key=phases.__getitem__)
     needs[PHASES[largest]] = phases[largest]
-    if torch.device(device).type == "cuda":
+    if shape.on_cuda:
         needs[CUDA_RUNTIME] = CUDA_RUNTIME_BYTES
         if processes > 1:
             needs[f"NCCL buffers of {processes} processes"] = NCCL_BYTES
     return needs
 
 
-def host_bytes(
-    config: Config, *, num_assets: int, num_features: int, processes: int = 1, pinned: bool = False
-) -> dict[str, int]:
+def host_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     """Bytes the processes of one machine need in host memory besides the training device's: a checkpoint's staging
     buffers (``persistence.staging``; each process stages its slots, the leader the buffer, and with several processes
     the leader gathers the whole population into buffers of its own), the checkpoint the writer thread holds as bytes
     while it writes (``persistence.committing.encode_tensor_group``), and the selection gate's resamples.
-    ``pinned``: staging buffers on CUDA are pinned, and the pinned allocator rounds each up to a power of two."""
-    popsize = config.evolution.popsize
-    agents = popsize // processes
-    window = window_size(config.env.lookback, num_features)
+    Staging buffers for a CUDA device are pinned, and the pinned allocator rounds each up to a power of two."""
+    popsize, processes = config.evolution.popsize, shape.processes
+    agents = shape.agents(popsize)
+    window = shape.window(config)
 
     def staged(size: int) -> int:
-        return 1 << (size - 1).bit_length() if pinned and size > 0 else size
+        return 1 << (size - 1).bit_length() if shape.on_cuda and size > 0 else size
 
-    stored = buffer_tensor_bytes(config, num_assets=num_assets)
+    stored = buffer_tensor_bytes(config, shape)
     values = learner_values(config, window)
     # per agent: the learner's networks and moments, the exploration stdev; and the champion
     slot_tensors = [*values.tensors, 1]
@@ -399,9 +404,8 @@ def available_bytes(device: torch.device) -> int:
 def check_memory(config: Config, market: Market, *, processes: int = 1) -> None:
     """A one-line ConfigError when one of ``processes`` cannot fit in the memory of the market's device, or the
     checkpoint's host copies in the host's (on the CPU, one memory holds both)."""
-    sizes = {"num_assets": market.num_assets, "num_features": market.num_features, "processes": processes}
-    needs = process_bytes(config, **sizes, device=market.device, tradable_mask=market.tradable is not None)
-    host = host_bytes(config, **sizes, pinned=market.device.type == "cuda")
+    shape = RunShape.of(market, processes=processes)
+    needs, host = process_bytes(config, shape), host_bytes(config, shape)
     if market.device.type == "cpu":
         needs.update(host)
     else:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from offline.backtest.plan import Fold
-from run.sizing import CUDA_CONTEXT_BYTES, available_bytes, host_bytes, process_bytes
+from run.sizing import CUDA_CONTEXT_BYTES, RunShape, available_bytes, host_bytes, process_bytes
 from runtime.sharding import Ranks
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
@@ -60,9 +60,8 @@ def check_jobs_fit(
     fold's (``run.sizing``); every run checks itself again when it starts."""
 
     def sizes(fold: Fold) -> tuple[dict[str, int], dict[str, int]]:
-        shape = {"num_assets": fold.num_assets, "num_features": fold.num_features}
-        on_device = process_bytes(fold.config, **shape, device=device)
-        return on_device, host_bytes(fold.config, **shape, pinned=device.type == "cuda")
+        shape = RunShape(fold.num_assets, fold.num_features, device=device)
+        return process_bytes(fold.config, shape), host_bytes(fold.config, shape)
 
     on_device, on_host = max((sizes(fold) for fold in folds), key=lambda pair: sum(pair[0].values()))
     if device.type == "cpu":

@@ -14,15 +14,15 @@ from utils.errors import ConfigError
 GIB = 1 << 30
 
 
-def _sizes(market, processes: int = 1) -> dict:
-    return {"num_assets": market.num_assets, "num_features": market.num_features, "processes": processes}
+def _shape(market, processes: int = 1) -> sizing.RunShape:
+    return sizing.RunShape.of(market, processes=processes)
 
 
 def test_on_the_cpu_the_checkpoint_copies_count_in_the_memory_check(monkeypatch):
     config = override(preset("default"), {"learner.buffer_size": 1_000_000})
     market = load_market(config, torch.device("cpu"))
-    needs = sizing.process_bytes(config, **_sizes(market))
-    host = sizing.host_bytes(config, **_sizes(market))
+    needs = sizing.process_bytes(config, _shape(market))
+    host = sizing.host_bytes(config, _shape(market))
     assert host[sizing.BUFFER_COPIES] == 2 * needs[sizing.BUFFER]  # staged, and encoded by the writer
     total = sum(needs.values()) + sum(host.values())
     monkeypatch.setattr(sizing, "available_bytes", lambda device: total - 1)
@@ -37,14 +37,14 @@ def test_a_process_of_several_needs_room_for_its_share_of_the_agents_and_the_who
         preset("default"), {"evolution.popsize": 64, "learner.batch_size": 1024, "learner.observation_noise": 0.1}
     )
     market = load_market(config, torch.device("cpu"))
-    whole, half = sizing.process_bytes(config, **_sizes(market)), sizing.process_bytes(config, **_sizes(market, 2))
+    whole, half = sizing.process_bytes(config, _shape(market)), sizing.process_bytes(config, _shape(market, 2))
     for shared in (sizing.BUFFER, sizing.OBSERVATION_NOISE):  # every process holds the buffer and draws for all P
         assert half[shared] == whole[shared]
     assert half[sizing.SAMPLES] * 2 == whole[sizing.SAMPLES]
     assert half[sizing.OPTIMISER] * 2 == whole[sizing.OPTIMISER]
     update = sizing.PHASES["update"]
     assert whole[update] / 2 < half[update] < whole[update]  # the positions drawn for all P stay whole
-    host = sum(sizing.host_bytes(config, **_sizes(market, 2)).values())
+    host = sum(sizing.host_bytes(config, _shape(market, 2)).values())
     monkeypatch.setattr(sizing, "available_bytes", lambda device: sum(half.values()) + host)
     sizing.check_memory(config, market, processes=2)
     with pytest.raises(ConfigError, match="this config needs at least"):  # one process holding every agent
@@ -68,7 +68,7 @@ def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tenso
     sizing.check_memory(paper, _gpu_market(20))  # the bundled universe fits
 
     wide = _gpu_market(500)
-    needs = sizing.process_bytes(paper, num_assets=500, num_features=6, device=wide.device)
+    needs = sizing.process_bytes(paper, sizing.RunShape(500, 6, device=wide.device))
     stored = (sizing.BUFFER, sizing.SAMPLES, sizing.NETWORKS, sizing.ENVIRONMENTS)
     assert sum(needs[name] for name in stored) < 20 * GIB / 3  # what the stored tensors alone would have let pass
     with pytest.raises(ConfigError) as refused:
@@ -83,8 +83,8 @@ def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tenso
 def test_on_cuda_the_runtime_and_with_several_processes_nccl_count(monkeypatch):
     config = preset("smoke")
     market = _gpu_market(6)
-    alone = sizing.process_bytes(config, num_assets=6, num_features=6, device=market.device)
-    shared = sizing.process_bytes(config, num_assets=6, num_features=6, processes=2, device=market.device)
+    alone = sizing.process_bytes(config, sizing.RunShape(6, 6, device=market.device))
+    shared = sizing.process_bytes(config, sizing.RunShape(6, 6, processes=2, device=market.device))
     assert alone[sizing.CUDA_RUNTIME] == shared[sizing.CUDA_RUNTIME] == sizing.CUDA_RUNTIME_BYTES
     assert shared["NCCL buffers of 2 processes"] == sizing.NCCL_BYTES
     assert sum(shared.values()) > sum(alone.values())  # half the agents, but NCCL's buffers
@@ -97,8 +97,8 @@ def test_on_cuda_the_runtime_and_with_several_processes_nccl_count(monkeypatch):
 def test_on_cuda_the_staging_buffers_are_checked_against_host_memory_pinned_and_rounded(monkeypatch):
     config = preset("paper")
     market = _gpu_market(20)
-    pinned = sizing.host_bytes(config, num_assets=20, num_features=6, pinned=True)
-    plain = sizing.host_bytes(config, num_assets=20, num_features=6)
+    pinned = sizing.host_bytes(config, sizing.RunShape(20, 6, device="cuda"))
+    plain = sizing.host_bytes(config, sizing.RunShape(20, 6))
     assert pinned[sizing.BUFFER_COPIES] > plain[sizing.BUFFER_COPIES]  # the pinned allocator's powers of two
     _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()) - 1)
     with pytest.raises(ConfigError, match=r"replay buffer.s checkpoint copies .* but cpu has"):

@@ -55,7 +55,7 @@ def test_the_population_count_is_the_bytes_of_a_real_population(slots, learning)
     assert counted[sizing.NETWORKS] == _bytes(state.values()) - _bytes(moments)
 
     if slots is None:  # one process: its checkpoint stages each tensor once and the writer encodes it once
-        host = sizing.host_bytes(config, num_assets=ASSETS, num_features=WINDOW)
+        host = sizing.host_bytes(config, sizing.RunShape(ASSETS, WINDOW))
         assert host[sizing.POPULATION_COPIES] == 2 * _bytes(state.values())
 
 
@@ -71,8 +71,8 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
         device="cpu",
         execution_delay=config.env.execution_delay,
     )
-    assert sum(sizing.buffer_tensor_bytes(config, num_assets=ASSETS)) == ring.nbytes
-    needs = sizing.process_bytes(config, num_assets=ASSETS, num_features=market.num_features)
+    assert sum(sizing.buffer_tensor_bytes(config, sizing.RunShape(ASSETS, market.num_features))) == ring.nbytes
+    needs = sizing.process_bytes(config, sizing.RunShape(ASSETS, market.num_features))
     assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows])
 
 
@@ -130,5 +130,5 @@ def test_the_update_measured_on_the_meta_device_allocates_what_it_allocates_on_t
 def test_the_update_phase_estimate_covers_every_allocation_of_an_update(values):
     config = _config(**values)
     peak = _allocated_peak(config)
-    estimate = sizing.working_bytes(config, num_assets=ASSETS, num_features=WINDOW)["update"]
+    estimate = sizing.working_bytes(config, sizing.RunShape(ASSETS, WINDOW))["update"]
     assert peak <= estimate <= 2 * peak, (estimate, peak)

@@ -9,7 +9,7 @@ import torch
 
 from offline.backtest import placement
 from offline.backtest.plan import plan_folds
-from run.sizing import CUDA_CONTEXT_BYTES, host_bytes, process_bytes
+from run.sizing import CUDA_CONTEXT_BYTES, RunShape, host_bytes, process_bytes
 from runtime.sharding import Ranks
 from tests.offline.backtest.builders import backtest_command, refusal, small_config
 from utils.errors import ConfigError
@@ -40,9 +40,8 @@ def test_workers_take_the_gpus_in_turn_or_their_process_s_own(monkeypatch):
 
 
 def _one_run(fold, device: str) -> tuple[int, int]:
-    shape = {"num_assets": fold.num_assets, "num_features": fold.num_features}
-    on_device = sum(process_bytes(fold.config, **shape, device=device).values())
-    return on_device, sum(host_bytes(fold.config, **shape, pinned=device == "cuda").values())
+    shape = RunShape(fold.num_assets, fold.num_features, device=device)
+    return sum(process_bytes(fold.config, shape).values()), sum(host_bytes(fold.config, shape).values())
 
 
 def test_the_folds_at_once_must_fit_together(prices, monkeypatch):
