@@ -33,7 +33,6 @@ import torch
 
 from config import override, parse_assignments, preset
 from environment.market import Market, Splits
-from environment.observation import WindowGatherer
 from models.replay import ReplayBuffer
 from persistence import jsonl
 from run.launch import start_run
@@ -80,7 +79,6 @@ def replay_table(num_assets: int = TABLE_ASSETS) -> list[dict[str, int]]:
     for lookback in TABLE_LOOKBACKS:
         for num_features in TABLE_FEATURES:
             features = torch.randn(lookback + 2, num_assets, num_features)  # (T, N, K), just enough days
-            gatherer = WindowGatherer(features, lookback)
             days = range(lookback + 2)
             market = Market(
                 dates=tuple(str(day) for day in days),
@@ -90,9 +88,7 @@ def replay_table(num_assets: int = TABLE_ASSETS) -> list[dict[str, int]]:
                 relatives=torch.ones(lookback + 2, num_assets),
                 splits=Splits(train=days, validation=range(0), holdout=range(0)),
             )
-            buffer = ReplayBuffer(
-                1024, num_assets, gatherer, market, sample_shape=(1, 1), device="cpu", execution_delay=1
-            )
+            buffer = ReplayBuffer(1024, market, lookback=lookback, execution_delay=1, sample_shape=(1, 1))
             table.append(
                 {
                     "lookback": lookback,

@@ -133,12 +133,11 @@ def single_sample_view(buffer: ReplayBuffer, batch_size: int) -> ReplayBuffer:
     """A buffer sharing ``buffer``'s transitions that samples (1, B) batches, as one agent at a time needs."""
     view = ReplayBuffer(
         1,
-        buffer.storage["weights"].shape[1] - 1,
-        buffer.gatherer,
         buffer.market,
-        sample_shape=(1, batch_size),
-        device=buffer.storage["days"].device,
+        lookback=buffer.gatherer.lookback,
         execution_delay=buffer.execution_delay,
+        held_days=buffer.held_days,
+        sample_shape=(1, batch_size),
     )
     view.storage = buffer.storage
     view.capacity, view.size, view.pos = buffer.capacity, buffer.size, buffer.pos

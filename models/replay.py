@@ -19,6 +19,7 @@ import torch
 from environment.kernel import Fill
 from environment.market import Market
 from environment.observation import Observation, WindowGatherer
+from environment.vector_env import orders_seen_as_sent
 from models.share import Share
 
 
@@ -77,55 +78,51 @@ def storage_tensors(
 
 
 class ReplayBuffer:
-    """A ring of ``capacity`` transitions shared by the population.
+    """A ring of ``capacity`` transitions shared by the population, replayed under the conventions of the environment
+    that traded them (``environment.vector_env``): the same market and windows, fill delay and holding days, and so
+    the same rule for whether a decision saw its previous order as sent (``orders_seen_as_sent``), in which case each
+    transition also keeps that order as it filled, the trade's true start.
 
     Args:
         capacity: transitions held; the oldest are overwritten.
-        num_assets: N.
-        gatherer: rebuilds windows from the feature tensor.
-        market: the market the transitions were traded in (read, never written): its relatives and tradable assets.
-        sample_shape: (P, B), agents and transitions per agent of every ``sample``.
-        device: where storage lives (the features' device).
+        market: the market the transitions were traded in (read, never written): its features, relatives and
+            tradable assets. The storage lives on its device.
+        lookback: days of features in a window (``env.lookback``): windows are rebuilt from the market at sample time.
         execution_delay: days from a decision to its fill (``env.execution_delay``).
         held_days: the days a decision's target is held (``env.rebalance_every``): the model objective's fill of a
             sampled decision spans them.
+        sample_shape: (P, B), agents and transitions per agent of every ``sample``.
         share: the agents of the P whose batches are trained here (``models.share``; all by default): every
             ``sample`` draws for all P and keeps their rows, so an agent's batches do not depend on the split.
         next_obs: rebuild the next observations at sample time; False for a learner that reads none (at ``gamma``
             0 the next day's value is multiplied by zero): its batches are gathered without them.
-        held: store each transition's previous order as it filled, beside the order as its decision saw it (sent):
-            where the two differ (``environment.vector_env.orders_seen_as_sent``), the trade starts from the former.
     """
 
     def __init__(
         self,
         capacity: int,
-        num_assets: int,
-        gatherer: WindowGatherer,
         market: Market,
         *,
-        sample_shape: tuple[int, int],
-        device: torch.device | str,
+        lookback: int,
         execution_delay: int,
         held_days: int = 1,
+        sample_shape: tuple[int, int],
         share: Share | None = None,
         next_obs: bool = True,
-        held: bool = False,
     ) -> None:
-        self.capacity = capacity
-        self.gathers_next_obs = next_obs
-        self.gatherer = gatherer
-        self.market = market
-        self.execution_delay = execution_delay
-        self.held_days = held_days
-        self.sample_shape = sample_shape
+        self.capacity, self.sample_shape = capacity, sample_shape
         self.share = share or Share.whole(sample_shape[0])
+        self.gathers_next_obs = next_obs
+        self.market, self.execution_delay, self.held_days = market, execution_delay, held_days
+        self.gatherer = WindowGatherer(market.features, lookback, market.tradable)
         self.pos = 0  # the host's count of where the next transition goes (``commit``)
         self.size = 0
-        self.storage = storage_tensors(capacity, num_assets, held=held, device=device)
+        device = market.device
+        held = orders_seen_as_sent(market, execution_delay, held_days)
+        self.storage = storage_tensors(capacity, market.num_assets, held=held, device=device)
         self._write_pos = torch.zeros((), dtype=torch.long, device=device)  # ``pos``, where ``write`` reads it
-        self._windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)
-        self._next_windows = gatherer.empty(self.share.agents, sample_shape[1], device=device)
+        self._windows = self.gatherer.empty(self.share.agents, sample_shape[1], device=device)
+        self._next_windows = self.gatherer.empty(self.share.agents, sample_shape[1], device=device)
 
     def __len__(self) -> int:
         return self.size

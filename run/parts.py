@@ -9,8 +9,7 @@ import torch
 
 from config import Config
 from environment.market import Market
-from environment.observation import WindowGatherer, window_size
-from environment.vector_env import orders_seen_as_sent
+from environment.observation import window_size
 from models.learner import build_learner
 from models.population import Population
 from models.replay import ReplayBuffer
@@ -64,16 +63,13 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
     population = build_population(config, size, device=device, generators=generators, share=sharding.share)
     buffer = ReplayBuffer(
         settings.buffer_size,
-        market.num_assets,
-        WindowGatherer(market.features, config.env.lookback, market.tradable),  # windows rebuilt at sample time
         market,
-        sample_shape=(popsize, settings.batch_size),
-        device=device,
+        lookback=config.env.lookback,
         execution_delay=config.env.execution_delay,
+        held_days=config.env.rebalance_every,
+        sample_shape=(popsize, settings.batch_size),
         share=sharding.share,
         next_obs=population.learner.reads_next_obs,  # gathered only for a learner that reads them
-        held=orders_seen_as_sent(market, config.env.execution_delay, config.env.rebalance_every),
-        held_days=config.env.rebalance_every,
     )
     validation = Validation(config, market, population, sharding=sharding)
     rollouts = Rollouts(config, market, population, buffer, generators=generators, sharding=sharding)

@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch.utils._pytree import tree_leaves as all_leaves
 
-from environment.observation import WindowGatherer
 from environment.vector_env import VectorPortfolioEnv
 from models.replay import ReplayBuffer
 from persistence.generation_contents import buffer_from_groups, buffer_groups
@@ -22,10 +21,7 @@ LOOKBACK = 4
 
 
 def _buffer(market, capacity: int, *, lookback: int = LOOKBACK, sample_shape=(2, 3)) -> ReplayBuffer:
-    gatherer = WindowGatherer(market.features, lookback)
-    return ReplayBuffer(
-        capacity, market.num_assets, gatherer, market, sample_shape=sample_shape, device="cpu", execution_delay=0
-    )
+    return ReplayBuffer(capacity, market, lookback=lookback, execution_delay=0, sample_shape=sample_shape)
 
 
 def _transitions(count: int, num_assets: int, *, first: int = 0) -> dict[str, torch.Tensor]:
@@ -95,13 +91,7 @@ def test_sampled_observations_are_the_ones_the_agents_saw(market):
     )
     per_step = agents * episodes
     buffer = ReplayBuffer(
-        per_step * days + 7,
-        market.num_assets,
-        env.gatherer,
-        market,
-        sample_shape=(agents, episodes),
-        device="cpu",
-        execution_delay=0,
+        per_step * days + 7, market, lookback=LOOKBACK, execution_delay=0, sample_shape=(agents, episodes)
     )
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))
@@ -310,13 +300,11 @@ def test_a_replayed_transition_gives_back_the_reward_the_environment_paid(delay,
     )
     buffer = ReplayBuffer(
         agents * episodes * days,
-        market.num_assets,
-        env.gatherer,
         market,
-        sample_shape=(agents, episodes * days),
-        device="cpu",
+        lookback=LOOKBACK,
         execution_delay=delay,
-        held=env.sent,  # the order as it filled, where the decision sees it as sent
+        held_days=terms.rebalance_every,
+        sample_shape=(agents, episodes * days),
     )
     g = torch.Generator().manual_seed(0)
     obs = env.reset(torch.tensor([LOOKBACK - 1, 40, 150]))

@@ -9,7 +9,6 @@ import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from config import Config, override, preset
-from environment.observation import WindowGatherer
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
 from run import sizing
@@ -64,12 +63,10 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
     market = make_market(num_assets=ASSETS)
     ring = ReplayBuffer(
         config.learner.buffer_size,
-        ASSETS,
-        WindowGatherer(market.features, 1),
         market,
-        sample_shape=(POPSIZE, BATCH),
-        device="cpu",
+        lookback=1,
         execution_delay=config.env.execution_delay,
+        sample_shape=(POPSIZE, BATCH),
     )
     assert sum(sizing.buffer_tensor_bytes(config, sizing.RunShape(ASSETS, market.num_features))) == ring.nbytes
     needs = sizing.process_bytes(config, sizing.RunShape(ASSETS, market.num_features))

@@ -336,19 +336,14 @@ def test_a_shard_of_the_population_starts_as_the_same_slots_of_the_whole():
 
 def test_an_agents_replay_batches_do_not_depend_on_the_split():
     market = make_market()
-    from environment.observation import WindowGatherer
-
-    gatherer = WindowGatherer(market.features, 2)
 
     def ring(rows: range | None) -> ReplayBuffer:
         buffer = ReplayBuffer(
             64,
-            market.num_assets,
-            gatherer,
             market,
-            sample_shape=(6, 5),
-            device="cpu",
+            lookback=2,
             execution_delay=1,
+            sample_shape=(6, 5),
             share=None if rows is None else Share(6, rows),
         )
         days = torch.arange(10, 50, dtype=torch.int32)
