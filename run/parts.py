@@ -50,9 +50,12 @@ def build_population(
     return Population(popsize, learner, generator=generators["init"])
 
 
-def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> Parts:
+def build_parts(
+    config: Config, market: Market, sharding: Sharding | None = None, *, block_device: torch.device | None = None
+) -> Parts:
     """The parts of a run's loop on ``market``'s device; ``sharding``: the slots this process holds (all by
-    default)."""
+    default). On the meta device they have shapes and no memory: ``run.sizing`` reads what a run holds off them, the
+    blocks of days sized for ``block_device``, the device they stand for."""
     device = market.device
     set_matmul_precision(config, device)
     keep_freed_host_memory()  # a step's freed activations are reused, not mapped again (runtime.device)
@@ -71,8 +74,10 @@ def build_parts(config: Config, market: Market, sharding: Sharding | None = None
         share=sharding.share,
         next_obs=population.learner.reads_next_obs,  # gathered only for a learner that reads them
     )
-    validation = Validation(config, market, population, sharding=sharding)
-    rollouts = Rollouts(config, market, population, buffer, generators=generators, sharding=sharding)
+    validation = Validation(config, market, population, sharding=sharding, block_device=block_device)
+    rollouts = Rollouts(
+        config, market, population, buffer, generators=generators, sharding=sharding, block_device=block_device
+    )
     update_phase = UpdatePhase(config, population.learner, buffer, generator=generators["replay"], sharding=sharding)
     # Made fast in one block, as LeanRL does, the phases' code left as the algorithm reads: compiled with
     # ``runtime.torch_compile``, replayed as CUDA graphs with ``runtime.cuda_graphs``. A day whose transitions are

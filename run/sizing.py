@@ -4,13 +4,13 @@ A value such as ``learner.buffer_size=10000000000``, or a universe of 500 assets
 in an allocator traceback (or the kernel's out-of-memory killer) minutes into start-up or in generation 1. Each item
 below is the storage a run allocates once at start (design invariant 1), or the working memory of its largest phase
 (the phases run one after the other, so the caching allocator serves each from the memory the one before released).
-The learner's part is read off the learner itself, whatever its algorithm (``models.learner``): its tensors from a
-learner of one agent, and its update's working memory by running the real update, at the run's shapes, on the meta
-device, where tensors have shapes and no memory (``update_working_bytes``); the replay buffer's storage likewise, from
-its own declaration (``models.replay.storage_tensors``). The rest is counted from the shapes the code allocates
-(``training.rollout``, ``training.evolution``, ``persistence``).
-``tests/run/test_sizing_counts.py`` holds the counts against a real population and buffer and every allocation
-the profiler sees a real update make.
+What the run holds is read off its parts themselves: ``run.parts.build_parts`` builds them on the meta device, where
+tensors have shapes and no memory, and each tensor they reach is counted once (``held_bytes``), whatever the
+algorithm, book or environment. The learner's update is measured the same way, by running the real update at the
+run's shapes on the meta device (``update_working_bytes``). The other phases' working memory, and the checkpoint's
+host copies, are counted from the shapes the code allocates (``training.rollout``, ``training.evolution``,
+``persistence``). ``tests/run/test_sizing_counts.py`` holds the counts against real parts and every allocation the
+profiler sees a real update make.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the
 context it created), and Python's own objects.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import sys
 import tempfile
@@ -34,11 +35,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import Config
 from environment.kernel import Fill
-from environment.market import Market
+from environment.market import Market, Splits
 from environment.observation import Observation, window_size
 from environment.vector_env import sees_orders_as_sent
 from models.learner import Learner, build_learner
 from models.replay import ReplayBatch, storage_tensors
+from run.parts import build_parts
+from runtime.sharding import Ranks, Sharding
 from training import rollout as rollout_module
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
@@ -65,9 +68,14 @@ BUFFER = "replay buffer (learner.buffer_size)"
 SAMPLES = "sample buffers (evolution.popsize x learner.batch_size)"
 OBSERVATION_NOISE = "observation noise (learner.observation_noise: all of evolution.popsize x learner.batch_size)"
 WIDTHS = "model.encoder_hidden, .embedding, .head_hidden"
-NETWORKS = f"actor, critic, their targets and the champion (evolution.popsize x {WIDTHS})"
-OPTIMISER = f"gradients and Adam moments (evolution.popsize x {WIDTHS})"
-ENVIRONMENTS = "environments (evolution.popsize x rollout.episodes x env.episode_days, data.validation_days)"
+POPULATION = (
+    f"population: actors, critics, their targets, gradients and Adam moments, and the champion (evolution.popsize x "
+    f"{WIDTHS})"
+)
+ENVIRONMENTS = (
+    "environments and their blocks' windows (evolution.popsize x rollout.episodes x env.episode_days, "
+    "data.validation_days)"
+)
 EXCHANGE = "transitions exchanged between processes (evolution.popsize x rollout.episodes)"
 PHASES = {
     "rollout": f"rollout's activations (evolution.popsize x rollout.episodes x assets x {WIDTHS})",
@@ -142,15 +150,97 @@ def learner_values(config: Config, window: int) -> LearnerValues:
     return LearnerValues(networks, sum(p.numel() for p in trained), sum(actor), max(actor), tensors, actor)
 
 
-def population_bytes(config: Config, window: int, *, agents: int) -> dict[str, int]:
-    """The population's tensors in a process holding ``agents`` slots: every network of each agent's learner, the
-    champion's actor and the exploration stdevs; the trained parameters' gradients (allocated once,
-    ``models.optim``) and Adam's two moments."""
-    values = learner_values(config, window)
-    return {
-        NETWORKS: FLOAT_BYTES * (agents * (values.networks + 1) + values.actor),
-        OPTIMISER: FLOAT_BYTES * 3 * agents * values.trained,
+# ---------------------------------------------------------------------------------------------- the parts
+
+
+def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
+    """What one process's parts hold from a run's start to its end (design invariant 1), by item: read off the parts
+    themselves (``run.parts.build_parts``), built on the meta device for a market of ``shape``, their blocks of days
+    sized for ``shape.device``. Each tensor counts once, in the first item that reaches it."""
+    built = dataclasses.replace(
+        config,
+        runtime=dataclasses.replace(config.runtime, torch_compile=False, cuda_graphs=False),
+        selection=dataclasses.replace(config.selection, method="bonferroni"),  # the gate: host_bytes
+    )
+    market = _shaped_market(config, shape)
+    sharding = Sharding(config.evolution.popsize, Ranks(world_size=shape.processes), device="meta")
+    with _no_cache_left_behind():
+        parts = build_parts(built, market, sharding, block_device=torch.device(shape.device))
+    counted: set[StorageWeakRef] = set()
+    _storage_bytes(market, counted)  # loaded before the check
+    needs = {
+        BUFFER: _storage_bytes(parts.buffer.storage, counted),
+        SAMPLES: _storage_bytes(parts.buffer, counted),
+        POPULATION: _storage_bytes(parts.population, counted),
     }
+    if parts.update_phase.noise is not None:
+        needs[OBSERVATION_NOISE] = _storage_bytes(parts.update_phase.noise, counted)
+    if shape.processes > 1:
+        needs[EXCHANGE] = _storage_bytes(parts.rollouts.exchange, counted)
+    needs[ENVIRONMENTS] = _storage_bytes([parts.rollouts, parts.validation, parts.update_phase], counted)
+    # The phases refer to themselves (a graphed call holds its phase's step), so the build is cyclic garbage: it is
+    # collected here, at start-up, rather than by a collection inside the run's generations, whose objects and
+    # memory the leak checks hold flat (where a device emulated on the host backs meta tensors, memory too).
+    del parts
+    gc.collect()
+    return needs
+
+
+def _shaped_market(config: Config, shape: RunShape) -> Market:
+    """A market of ``shape`` on the meta device, with training days enough for the config's episodes and fitness
+    blocks and its validation range: what the parts hold does not depend on its values or on its other days."""
+    env, rollout = config.env, config.rollout
+    block = env.episode_days + 2 * rollout.fitness_embargo_days + 1
+    train = range(env.lookback + env.execution_delay + 2 + (rollout.fitness_block_every + 2) * block)
+    validation = range(train.stop, train.stop + config.data.validation_days)
+    days = validation.stop + 1
+
+    def empty(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device="meta")
+
+    return Market(
+        dates=("",) * days,
+        tickers=("",) * shape.num_assets,
+        feature_names=("",) * shape.num_features,
+        features=empty(days, shape.num_assets, shape.num_features),
+        relatives=empty(days, shape.num_assets),
+        splits=Splits(train=train, validation=validation, holdout=range(validation.stop, days)),
+        tradable=empty(days, shape.num_assets, dtype=torch.bool) if shape.tradable_mask else None,
+    )
+
+
+def _storage_bytes(root: object, counted: set[StorageWeakRef]) -> int:
+    """Bytes of the tensor storages reachable from ``root`` through this project's objects, torch's modules and
+    optimisers, containers and partial functions (a phase's buffers are bound to its graphed call), and each
+    parameter's gradient; a storage in ``counted`` is passed over, and each one found is added to it."""
+    total, seen, stack = 0, set(), [root]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            for tensor in (item,) if item.grad is None else (item, item.grad):
+                storage = StorageWeakRef(tensor.untyped_storage())
+                if storage not in counted:
+                    counted.add(storage)
+                    total += tensor.untyped_storage().nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif isinstance(item, functools.partial):
+            stack.extend([*item.args, *item.keywords.values()])
+        elif isinstance(item, (torch.nn.Module, torch.optim.Optimizer)) or _is_ours(item):
+            stack.extend(vars(item).values())
+    return total
+
+
+def _is_ours(item: object) -> bool:
+    return type(item).__module__.split(".")[0] in _PACKAGES and hasattr(item, "__dict__")
+
+
+_PACKAGES = frozenset({"environment", "models", "runtime", "training"})
 
 
 def _learner(config: Config, window: int, *, agents: int, device: torch.device) -> Learner:
@@ -317,35 +407,10 @@ def buffer_tensor_bytes(config: Config, shape: RunShape) -> list[int]:
 
 def process_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     """Bytes one of ``shape.processes`` needs on its training device, by item (each named by the keys that size it):
-    what it allocates once, its slots of the population (P / W, ``runtime.sharding``) and the whole buffer, and the
-    working memory of its largest phase."""
-    popsize, episodes = config.evolution.popsize, config.rollout.episodes
-    num_assets, processes = shape.num_assets, shape.processes
-    agents = shape.agents(popsize)
-    n1 = num_assets + 1
-    window = shape.window(config)
-    batch = config.learner.batch_size
-    needs = {
-        BUFFER: sum(buffer_tensor_bytes(config, shape)),
-        # observation and next observation windows of every sampled transition
-        SAMPLES: 2 * agents * batch * num_assets * window * FLOAT_BYTES,
-        **population_bytes(config, window, agents=agents),
-        # training: E windows and a block's, P / W x E weights, reward and turnover histories; validation: one episode
-        # of P / W + 2 (the champion and equal weight) over the whole range, a block's windows, its actions, and the
-        # agents' and the champion's actors as one (training.rollout.Validation)
-        ENVIRONMENTS: FLOAT_BYTES
-        * (
-            (episodes + 1) * (config.env.episode_days + 1) * num_assets * window
-            + agents * episodes * (n1 + 2 * config.env.episode_days)
-            + (agents + 2) * (2 * n1 + 2 * config.data.validation_days)
-            + (config.data.validation_days + 1) * num_assets * window
-            + (agents + 1) * learner_values(config, window).actor
-        ),
-    }
-    if config.learner.observation_noise > 0:  # kept from the first update on, drawn for all P on every process
-        needs[OBSERVATION_NOISE] = popsize * batch * num_assets * window * FLOAT_BYTES
-    if processes > 1:  # this process's transitions of a step and every process's (training.rollout.SharedSteps)
-        needs[EXCHANGE] = (agents + popsize) * episodes * (3 * n1 + 1) * FLOAT_BYTES
+    what its parts hold (``held_bytes``: its slots of the population, P / W, and the whole buffer), the working
+    memory of its largest phase, and on CUDA the runtime's own."""
+    processes = shape.processes
+    needs = held_bytes(config, shape)
     phases = working_bytes(config, shape)
     largest = max(phases, key=phases.__getitem__)
     needs[PHASES[largest]] = phases[largest]

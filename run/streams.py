@@ -30,8 +30,8 @@ def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generato
     for name, child in zip(HOST_STREAMS, np.random.SeedSequence(seed).spawn(len(HOST_STREAMS))):
         generators[name] = torch.Generator(device="cpu")
         generators[name].manual_seed(_seed_of(child))
-    for name in DEVICE_STREAMS:
-        generators[name] = torch.Generator(device=device)
+    for name in DEVICE_STREAMS:  # on the meta device, where a build for sizing draws shapes only: the host's
+        generators[name] = torch.Generator(device=device if torch.device(device).type != "meta" else "cpu")
     seed_device_streams(generators, seed, generation=1)
     return generators
 

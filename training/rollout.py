@@ -239,6 +239,8 @@ class Rollouts:
         population, buffer: the run's.
         generators: the run's random streams (``episodes`` draws the windows, ``exploration`` the noise).
         sharding: the slots held here; with several processes each day's transitions are exchanged.
+        block_device: the device whose budget sizes the blocks of days (``block_lengths``): the market's, or for a
+            build on the meta device (``run.sizing``), the device it stands for.
     """
 
     def __init__(
@@ -250,6 +252,7 @@ class Rollouts:
         *,
         generators: dict[str, torch.Generator],
         sharding: Sharding,
+        block_device: torch.device | str | None = None,
     ) -> None:
         rollout, evolution = config.rollout, config.evolution
         self.population, self.buffer = population, buffer
@@ -274,7 +277,8 @@ class Rollouts:
         self.episodes_generator = generators["episodes"]
         exploration = generators["exploration"]
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
-        self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day, device=market.device)
+        block_device = block_device or market.device
+        self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day, device=block_device)
         work = functools.partial(
             roll_out_episodes,
             population,
@@ -333,9 +337,11 @@ class Validation:
         sharding: Sharding,
         starts: list[int] | None = None,
         days: int | None = None,
+        block_device: torch.device | str | None = None,
     ):
         """``starts``/``days``: episodes of ``days`` days from each close in ``starts`` instead of the validation range
-        (the same policies scored on other days, as ``benchmarks/selection_study.py`` does)."""
+        (the same policies scored on other days, as ``benchmarks/selection_study.py`` does). ``block_device`` as for
+        ``Rollouts``."""
         self.population = population
         validation = market.splits.validation
         agents = sharding.share.agents
@@ -359,7 +365,7 @@ class Validation:
         self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
         self.actions[-1] = equal_weights((len(starts),), market.num_assets, device=market.device)  # the baseline
         per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
-        self.blocks = block_lengths(days, bytes_per_day=per_day, device=market.device)
+        self.blocks = block_lengths(days, bytes_per_day=per_day, device=block_device or market.device)
         windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)
         day_step = lambda *args, **kwargs: self.day(*args, **kwargs)  # noqa: E731 (``day`` as it is then)
         work = functools.partial(

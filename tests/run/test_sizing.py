@@ -40,8 +40,9 @@ def test_a_process_of_several_needs_room_for_its_share_of_the_agents_and_the_who
     whole, half = sizing.process_bytes(config, _shape(market)), sizing.process_bytes(config, _shape(market, 2))
     for shared in (sizing.BUFFER, sizing.OBSERVATION_NOISE):  # every process holds the buffer and draws for all P
         assert half[shared] == whole[shared]
-    assert half[sizing.SAMPLES] * 2 == whole[sizing.SAMPLES]
-    assert half[sizing.OPTIMISER] * 2 == whole[sizing.OPTIMISER]
+    # Each process holds its own agents' (and once the champion, and the ring's position).
+    for per_agent in (sizing.SAMPLES, sizing.POPULATION):
+        assert whole[per_agent] / 2 <= half[per_agent] < whole[per_agent] / 2 + 2**20
     update = sizing.PHASES["update"]
     assert whole[update] / 2 < half[update] < whole[update]  # the positions drawn for all P stay whole
     host = sum(sizing.host_bytes(config, _shape(market, 2)).values())
@@ -69,7 +70,7 @@ def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tenso
 
     wide = _gpu_market(500)
     needs = sizing.process_bytes(paper, sizing.RunShape(500, 6, device=wide.device))
-    stored = (sizing.BUFFER, sizing.SAMPLES, sizing.NETWORKS, sizing.ENVIRONMENTS)
+    stored = (sizing.BUFFER, sizing.SAMPLES, sizing.POPULATION, sizing.ENVIRONMENTS)
     assert sum(needs[name] for name in stored) < 20 * GIB / 3  # what the stored tensors alone would have let pass
     with pytest.raises(ConfigError) as refused:
         sizing.check_memory(paper, wide)
@@ -105,3 +106,14 @@ def test_on_cuda_the_staging_buffers_are_checked_against_host_memory_pinned_and_
         sizing.check_memory(config, market)
     _on_cuda(monkeypatch, device_free=80 * GIB, host_free=sum(pinned.values()))
     sizing.check_memory(config, market)
+
+
+def test_the_blocks_of_days_are_sized_for_the_device_the_run_trains_on():
+    """The parts are built on the meta device, but their blocks of days as on the run's device: on CUDA a block is
+    longer (a default episode is one block), and so are the windows the environments gather for it."""
+    config = preset("default")
+    on_cpu = sizing.held_bytes(config, sizing.RunShape(20, 6, device="cpu"))
+    on_cuda = sizing.held_bytes(config, sizing.RunShape(20, 6, device="cuda"))
+    assert on_cuda[sizing.ENVIRONMENTS] > on_cpu[sizing.ENVIRONMENTS]
+    for item in (sizing.BUFFER, sizing.SAMPLES, sizing.POPULATION):
+        assert on_cuda[item] == on_cpu[item]

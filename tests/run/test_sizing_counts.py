@@ -6,15 +6,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 from torch.profiler import ProfilerActivity, profile
 
 from config import Config, override, preset
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
 from run import sizing
+from run.parts import build_parts
+from runtime.sharding import Ranks, Sharding
 from tests.synthetic import make_market, make_population, replay_batch
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
+INDEX_BYTES = 8
 WIDTHS = {"model.encoder_hidden": 12, "model.embedding": 6, "model.head_hidden": 10}  # distinct, so no size hides
 
 
@@ -42,16 +46,16 @@ LEARNERS = pytest.mark.parametrize(
 @LEARNERS
 @pytest.mark.parametrize("slots", [None, range(2, 4)], ids=["whole", "half"])
 def test_the_population_count_is_the_bytes_of_a_real_population(slots, learning):
+    """What the meta build counts for the population is what a real one holds: every network, the champion, the
+    exploration stdevs, the gradients, the moments, and the optimisers' step counts (a few bytes)."""
     config = _config(**learning)
     population = _population(config, slots)
-    agents = population.share.agents
     learner = population.learner
-    counted = sizing.population_bytes(config, WINDOW, agents=agents)
+    processes = 1 if slots is None else 2
+    counted = sizing.held_bytes(config, sizing.RunShape(ASSETS, WINDOW, processes=processes))
     state = population.state_tensors()  # every network, the champion, the moments, the exploration stdevs
-    moments = [t for key, t in state.items() if "_optim." in key]
     grads = [p.grad for module in (learner.actor, *learner.critics) for p in module.parameters()]
-    assert counted[sizing.OPTIMISER] == _bytes(moments) + _bytes(grads)
-    assert counted[sizing.NETWORKS] == _bytes(state.values()) - _bytes(moments)
+    assert 0 <= counted[sizing.POPULATION] - _bytes(state.values()) - _bytes(grads) <= 64  # and the step counts
 
     if slots is None:  # one process: its checkpoint stages each tensor once and the writer encodes it once
         host = sizing.host_bytes(config, sizing.RunShape(ASSETS, WINDOW))
@@ -68,9 +72,43 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
         execution_delay=config.env.execution_delay,
         sample_shape=(POPSIZE, BATCH),
     )
-    assert sum(sizing.buffer_tensor_bytes(config, sizing.RunShape(ASSETS, market.num_features))) == ring.nbytes
-    needs = sizing.process_bytes(config, sizing.RunShape(ASSETS, market.num_features))
-    assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows])
+    shape = sizing.RunShape(ASSETS, market.num_features)
+    assert sum(sizing.buffer_tensor_bytes(config, shape)) == ring.nbytes
+    needs = sizing.process_bytes(config, shape)
+    assert needs[sizing.BUFFER] == ring.nbytes
+    assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows, ring._write_pos])
+
+
+@pytest.mark.parametrize(
+    "values, processes",
+    [
+        ({}, 1),
+        ({"learner.algorithm": "td3", "learner.gamma": 0.9, "learner.observation_noise": 0.1}, 1),
+        ({"env.execution_delay": 2, "env.book": "long_short"}, 1),  # the orders as they filled, on a masked panel
+        ({"rollout.fitness_block_every": 0}, 2),  # a process of two: its share, and the exchange of each day
+    ],
+    ids=["ddpg", "td3-noise", "delay-2-long-short", "two-processes"],
+)
+def test_what_the_parts_hold_is_what_a_real_build_of_them_allocates(values, processes):
+    """``sizing.held_bytes`` reads the parts built on the meta device: what they hold is what building the same
+    parts on the CPU allocates and keeps (every allocation the profiler sees, less every free), whatever the
+    algorithm, the book, the panel and the processes, to the episodes' start days, kept on the host, whose number
+    follows the length of the training range."""
+    config = _config(**{"learner.buffer_size": 300, "selection.method": "bonferroni", **values})
+    market = make_market(num_assets=ASSETS, validation_days=config.data.validation_days, num_days=500)
+    if config.env.execution_delay == 2:
+        tradable = torch.rand(market.num_days, ASSETS, generator=torch.Generator().manual_seed(1)) > 0.2
+        market = dataclasses.replace(market, tradable=tradable)
+    sharding = Sharding(POPSIZE, Ranks(world_size=processes))
+    first = build_parts(config, market, sharding)  # makes what a process makes once; kept, so none of it is freed
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        second = build_parts(config, market, sharding)
+    assert second.buffer is not first.buffer
+    kept = sum(event.self_cpu_memory_usage for event in profiler.events())
+    held = sizing.held_bytes(config, sizing.RunShape.of(market, processes=processes))
+    assert (sizing.EXCHANGE in held) == (processes > 1)
+    assert (sizing.OBSERVATION_NOISE in held) == (config.learner.observation_noise > 0)
+    assert abs(sum(held.values()) - kept) <= 2 * INDEX_BYTES * market.num_days, (held, kept)
 
 
 def _batch(config: Config, seed: int = 0) -> ReplayBatch:
