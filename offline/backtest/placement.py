@@ -60,7 +60,7 @@ def check_jobs_fit(
     fold's (``run.sizing``); every run checks itself again when it starts."""
 
     def sizes(fold: Fold) -> tuple[dict[str, int], dict[str, int]]:
-        shape = RunShape(fold.num_assets, fold.num_features, device=device)
+        shape = RunShape(fold.num_assets, fold.num_features, device=device, tradable_mask=fold.tradable_mask)
         return process_bytes(fold.config, shape), host_bytes(fold.config, shape)
 
     on_device, on_host = max((sizes(fold) for fold in folds), key=lambda pair: sum(pair[0].values()))

@@ -33,7 +33,9 @@ class Fold:
     """``persistence.provenance.market_fingerprint`` of the fold's market: what its run must be trained on."""
     num_assets: int = 0
     num_features: int = 0
-    """The market's shape, which sizes the run's memory (``offline.backtest.placement``)."""
+    tradable_mask: bool = False
+    """The market's shape, and whether its assets do not all trade every day: what sizes the run's memory
+    (``offline.backtest.placement``)."""
 
     @property
     def name(self) -> str:
@@ -95,7 +97,8 @@ def plan_folds(
         fingerprint = market_fingerprint(market)
         for seed in seeds:
             seeded = override(fold_config, {"runtime.seed": seed})
-            plan.append(Fold(year, seed, seeded, fingerprint, market.num_assets, market.num_features))
+            shape = (market.num_assets, market.num_features, market.tradable is not None)
+            plan.append(Fold(year, seed, seeded, fingerprint, *shape))
     return plan
 
 

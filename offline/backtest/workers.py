@@ -152,6 +152,7 @@ def _fold_document(fold: Fold) -> dict[str, Any]:
         "fingerprint": fold.fingerprint,
         "num_assets": fold.num_assets,
         "num_features": fold.num_features,
+        "tradable_mask": fold.tradable_mask,
     }
 
 
@@ -163,6 +164,7 @@ def _fold_from(document: dict[str, Any]) -> Fold:
         document["fingerprint"],
         document["num_assets"],
         document["num_features"],
+        document["tradable_mask"],
     )
 
 

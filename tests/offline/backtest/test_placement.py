@@ -4,9 +4,12 @@ together, before anything starts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from config import override
 from offline.backtest import placement
 from offline.backtest.plan import plan_folds
 from run.sizing import CUDA_CONTEXT_BYTES, RunShape, host_bytes, process_bytes
@@ -40,7 +43,7 @@ def test_workers_take_the_gpus_in_turn_or_their_process_s_own(monkeypatch):
 
 
 def _one_run(fold, device: str) -> tuple[int, int]:
-    shape = RunShape(fold.num_assets, fold.num_features, device=device)
+    shape = RunShape(fold.num_assets, fold.num_features, device=device, tradable_mask=fold.tradable_mask)
     return sum(process_bytes(fold.config, shape).values()), sum(host_bytes(fold.config, shape).values())
 
 
@@ -88,3 +91,18 @@ def test_torch_threads_are_set_for_the_fold_and_restored():
     with placement.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_a_fold_whose_assets_do_not_all_trade_every_day_is_sized_so(prices, monkeypatch):
+    """A fold's plan says whether its market's assets all trade every day: with a fill two days after the decision,
+    such a run's buffer also keeps each order as it filled, and the check sizes that fold so."""
+    config = override(small_config(prices), {"env.execution_delay": 2})
+    fold = plan_folds(config, seeds=[0], folds=1)[0]
+    masked = dataclasses.replace(fold, tradable_mask=True)
+    whole = sum(_one_run(fold, "cpu"))
+    assert sum(_one_run(masked, "cpu")) > whole
+    monkeypatch.setattr(placement, "available_bytes", lambda device: whole)
+    cpu = torch.device("cpu")
+    placement.check_jobs_fit([fold], device=cpu, gpus=[None], host_runs=1, jobs=1)
+    with pytest.raises(ConfigError, match="need at least"):
+        placement.check_jobs_fit([masked], device=cpu, gpus=[None], host_runs=1, jobs=1)
