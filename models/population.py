@@ -35,18 +35,20 @@ class Population:
         device = learner.actor.encoder.mlp.layers[0].weight.device
         self.device = device
         learning, window_size, model = learner.settings, learner.window_size, learner.widths
-        self.champion = Actor(1, window_size, model, book=learner.book).to(device)
+        drawn = device.type != "meta"  # a build on the meta device (``run.sizing``) has shapes only: nothing to draw
+        with torch.device(device):  # made where it lives, as the learner's networks are
+            self.champion = Actor(1, window_size, model, book=learner.book)
         with torch.no_grad():
-            self.champion.reset_parameters(generator)
+            if drawn:
+                self.champion.reset_parameters(generator)
             self.champion.set_equal_weight_()  # until an agent proves an edge over it (training.selection)
         self.champion.requires_grad_(False)
-        low, high = learning.exploration_min, learning.exploration_max
-        if popsize == 1 or low == high or low == 0:
-            stdevs = torch.linspace(low, high, popsize)
-        else:
-            stdevs = torch.logspace(math.log10(low), math.log10(high), popsize)
         # (agents held here,) belongs to the slot, never cloned
-        self.exploration_stdev = self.share.mine(stdevs).to(device, copy=True)
+        if drawn:
+            stdevs = exploration_stdevs(popsize, learning.exploration_min, learning.exploration_max)
+            self.exploration_stdev = self.share.mine(stdevs).to(device, copy=True)
+        else:
+            self.exploration_stdev = torch.empty(self.share.agents, device=device)
 
     @property
     def actor(self) -> Actor:
@@ -91,3 +93,10 @@ class Population:
         """Copy agent ``index``'s actor into the champion slot."""
         for champion, actor in zip(self.champion.parameters(), self.actor.parameters()):
             champion[0].copy_(actor[index])
+
+
+def exploration_stdevs(popsize: int, low: float, high: float) -> torch.Tensor:
+    """(P,) each slot's exploration stdev: from ``low`` to ``high``, evenly on a log scale (linearly from 0)."""
+    if popsize == 1 or low == high or low == 0:
+        return torch.linspace(low, high, popsize)
+    return torch.logspace(math.log10(low), math.log10(high), popsize)

@@ -100,11 +100,13 @@ class RunShape(NamedTuple):
     device: torch.device | str = "cpu"
     tradable_mask: bool = False
     """The market's assets do not all trade every day (``Market.tradable``)."""
+    splits: Splits | None = None
+    """The market's day ranges, where it is loaded: else ranges just long enough for the config."""
 
     @classmethod
     def of(cls, market: Market, *, processes: int = 1) -> RunShape:
         tradable_mask = market.tradable is not None
-        return cls(market.num_assets, market.num_features, processes, market.device, tradable_mask)
+        return cls(market.num_assets, market.num_features, processes, market.device, tradable_mask, market.splits)
 
     @property
     def on_cuda(self) -> bool:
@@ -187,13 +189,18 @@ def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
 
 
 def _shaped_market(config: Config, shape: RunShape) -> Market:
-    """A market of ``shape`` on the meta device, with training days enough for the config's episodes and fitness
-    blocks and its validation range: what the parts hold does not depend on its values or on its other days."""
-    env, rollout = config.env, config.rollout
-    block = env.episode_days + 2 * rollout.fitness_embargo_days + 1
-    train = range(env.lookback + env.execution_delay + 2 + (rollout.fitness_block_every + 2) * block)
-    validation = range(train.stop, train.stop + config.data.validation_days)
-    days = validation.stop + 1
+    """A market of ``shape`` on the meta device, with its day ranges, or else training days enough for the config's
+    episodes and fitness blocks and its validation range: what the parts hold does not depend on the market's
+    values or on its other days."""
+    if shape.splits is not None:
+        splits = shape.splits
+    else:
+        env, rollout = config.env, config.rollout
+        block = env.episode_days + 2 * rollout.fitness_embargo_days + 1
+        train = range(env.lookback + env.execution_delay + 2 + (rollout.fitness_block_every + 2) * block)
+        validation = range(train.stop, train.stop + config.data.validation_days)
+        splits = Splits(train=train, validation=validation, holdout=range(validation.stop, validation.stop + 1))
+    days = max(split.stop for split in (splits.train, splits.validation, splits.holdout, splits.gap, splits.embargo))
 
     def empty(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device="meta")
@@ -204,7 +211,7 @@ def _shaped_market(config: Config, shape: RunShape) -> Market:
         feature_names=("",) * shape.num_features,
         features=empty(days, shape.num_assets, shape.num_features),
         relatives=empty(days, shape.num_assets),
-        splits=Splits(train=train, validation=validation, holdout=range(validation.stop, days)),
+        splits=splits,
         tradable=empty(days, shape.num_assets, dtype=torch.bool) if shape.tradable_mask else None,
     )
 
@@ -410,8 +417,9 @@ def process_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     what its parts hold (``held_bytes``: its slots of the population, P / W, and the whole buffer), the working
     memory of its largest phase, and on CUDA the runtime's own."""
     processes = shape.processes
-    needs = held_bytes(config, shape)
-    phases = working_bytes(config, shape)
+    with _no_cache_left_behind():  # around all its meta-device work: the folder may be made after the import
+        needs = held_bytes(config, shape)
+        phases = working_bytes(config, shape)
     largest = max(phases, key=phases.__getitem__)
     needs[PHASES[largest]] = phases[largest]
     if shape.on_cuda:

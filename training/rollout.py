@@ -360,7 +360,8 @@ class Validation:
             book=Book.from_env(config.env),
         )
         size = window_size(config.env.lookback, market.num_features)
-        self.acting = Actor(agents + 1, size, config.model, book=self.env.book).to(market.device).requires_grad_(False)
+        with torch.device(market.device):  # made where it lives (filled from the population at each validation)
+            self.acting = Actor(agents + 1, size, config.model, book=self.env.book).requires_grad_(False)
         n1 = market.num_assets + 1
         self.actions = torch.zeros(agents + 2, len(starts), n1, device=market.device)  # (P + 2, E, N + 1)
         self.actions[-1] = equal_weights((len(starts),), market.num_assets, device=market.device)  # the baseline

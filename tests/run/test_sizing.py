@@ -60,7 +60,9 @@ def _on_cuda(monkeypatch, *, device_free: int, host_free: int = 64 * GIB) -> Non
 
 
 def _gpu_market(num_assets: int) -> SimpleNamespace:
-    return SimpleNamespace(device=torch.device("cuda"), num_assets=num_assets, num_features=6, tradable=None)
+    return SimpleNamespace(
+        device=torch.device("cuda"), num_assets=num_assets, num_features=6, tradable=None, splits=None
+    )
 
 
 def test_on_cuda_a_wide_universe_is_refused_for_the_activations_its_stored_tensors_leave_out(monkeypatch):

@@ -234,7 +234,6 @@ INJECTIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Any, str]] = {
         TypeError,
         "numpy",
     ),
-    "a host tensor in the portfolio step": (host_mixed_in, DeviceMismatchError, "same device"),
     "the evolution plan left on the host": (plan_left_on_the_host, DeviceMismatchError, "same device"),
     "a host generator for the mutations": (host_generator, DeviceMismatchError, "device type for generator"),
     "the checkpoint's pinned copies read before they landed": (
@@ -270,3 +269,13 @@ def test_a_cuda_only_bug_fails_on_the_emulated_device_and_passes_on_the_cpu(tmp_
     run_with(inject, tmp_path / "cpu", "cpu")
     with pytest.raises(error, match=match):
         run_with(inject, tmp_path / "cuda", "cuda")
+
+
+@pytest.mark.slow
+def test_a_host_tensor_mixed_into_the_device_s_fails_on_every_device_before_anything_is_allocated(tmp_path):
+    """No longer a CUDA-only bug: the memory check builds the run's parts on the meta device (``run.sizing``), whose
+    tensors, like a GPU's, do not mix with the host's, so the CPU's run fails too, at start-up."""
+    with pytest.raises(RuntimeError, match="device meta"):
+        run_with(host_mixed_in, tmp_path / "cpu", "cpu")
+    with pytest.raises(DeviceMismatchError, match="same device"):
+        run_with(host_mixed_in, tmp_path / "cuda", "cuda")
