@@ -55,12 +55,7 @@ def orders_seen_as_sent(market: Market, execution_delay: int, rebalance_every: i
     applies a tradability the decision cannot know yet; at a cadence of more than a day, a day off it fills the
     holdings as they drifted through its fill day, which it cannot know yet either. (With a delay of one day it
     fills at the decision's close.)"""
-    return sees_orders_as_sent(execution_delay, rebalance_every, partly_tradable=market.tradable is not None)
-
-
-def sees_orders_as_sent(execution_delay: int, rebalance_every: int, *, partly_tradable: bool) -> bool:
-    """``orders_seen_as_sent`` of a market whose assets do not all trade every day (``partly_tradable``) or do."""
-    return execution_delay >= 2 and (partly_tradable or rebalance_every > 1)
+    return execution_delay >= 2 and (market.tradable is not None or rebalance_every > 1)
 
 
 def episode_starts(split: range, *, lookback: int, episode_days: int, execution_delay: int) -> range:

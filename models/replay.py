@@ -62,8 +62,7 @@ def storage_tensors(
     capacity: int, num_assets: int, *, held: bool, device: torch.device | str
 ) -> dict[str, torch.Tensor]:
     """A buffer's transition storage, zeroed: int32 days, the weight vectors before and after, the action (and with
-    ``held`` the previous order as it filled), the reward and the two flags. On the meta device it has shapes and no
-    memory: what a run needs is counted from it (``run.sizing``)."""
+    ``held`` the previous order as it filled), the reward and the two flags."""
     n1 = num_assets + 1
     return {
         "days": torch.zeros(capacity, dtype=torch.int32, device=device),

@@ -50,15 +50,37 @@ def build_population(
     return Population(popsize, learner, generator=generators["init"])
 
 
-def build_parts(
+def build_parts(config: Config, market: Market, sharding: Sharding | None = None) -> Parts:
+    """The parts of a run's loop on ``market``'s device (``build_phases``), made fast as the config asks, with the
+    run's selection gate; ``sharding``: the slots this process holds (all by default)."""
+    set_matmul_precision(config, market.device)
+    keep_freed_host_memory()  # a step's freed activations are reused, not mapped again (runtime.device)
+    parts = build_phases(config, market, sharding)
+    # Made fast in one block, as LeanRL does, the phases' code left as the algorithm reads: compiled with
+    # ``runtime.torch_compile``, replayed as CUDA graphs with ``runtime.cuda_graphs``. A day whose transitions are
+    # exchanged between processes holds a collective: its decision is compiled alone, and nothing is graphed.
+    rollouts, validation = parts.rollouts, parts.validation
+    whole_days = not parts.sharding.distributed
+    compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
+    compilation.learner_(parts.population.learner)
+    for phase, acting in ((rollouts, parts.population.actor), (validation, validation.acting)):
+        compilation.actor_(acting, decide=not whole_days)
+        if whole_days:
+            compilation.day_(phase)
+    calls = [rollouts.graphed, validation.graphed, *parts.update_phase.graphed.values()]
+    graph_calls(calls, enabled=config.runtime.cuda_graphs and whole_days)
+    return parts._replace(gate=make_gate(config, market), compilation=compilation)
+
+
+def build_phases(
     config: Config, market: Market, sharding: Sharding | None = None, *, block_device: torch.device | None = None
 ) -> Parts:
-    """The parts of a run's loop on ``market``'s device; ``sharding``: the slots this process holds (all by
-    default). On the meta device they have shapes and no memory: ``run.sizing`` reads what a run holds off them, the
-    blocks of days sized for ``block_device``, the device they stand for."""
+    """The loop's parts as the algorithm reads them: the random streams, the population, the replay buffer, the
+    rollouts, validation and the update phase, eager and without a selection gate (``build_parts`` adds both).
+
+    On the meta device they have shapes and no memory: ``run.sizing`` reads what a run holds off them, their blocks
+    of days sized for ``block_device``, the device they stand for (by default the market's)."""
     device = market.device
-    set_matmul_precision(config, device)
-    keep_freed_host_memory()  # a step's freed activations are reused, not mapped again (runtime.device)
     settings, popsize = config.learner, config.evolution.popsize
     sharding = sharding or Sharding(popsize, device=device)
     generators = make_generators(config.runtime.seed, device)
@@ -78,19 +100,6 @@ def build_parts(
     rollouts = Rollouts(
         config, market, population, buffer, generators=generators, sharding=sharding, block_device=block_device
     )
-    update_phase = UpdatePhase(config, population.learner, buffer, generator=generators["replay"], sharding=sharding)
-    # Made fast in one block, as LeanRL does, the phases' code left as the algorithm reads: compiled with
-    # ``runtime.torch_compile``, replayed as CUDA graphs with ``runtime.cuda_graphs``. A day whose transitions are
-    # exchanged between processes holds a collective: its decision is compiled alone, and nothing is graphed.
-    whole_days = not sharding.distributed
-    compilation = Compilation(enabled=config.runtime.torch_compile, cache=runs_folder(config) / CACHE_FOLDER)
-    compilation.learner_(population.learner)
-    for phase, acting in ((rollouts, population.actor), (validation, validation.acting)):
-        compilation.actor_(acting, decide=not whole_days)
-        if whole_days:
-            compilation.day_(phase)
-    calls = [rollouts.graphed, validation.graphed, *update_phase.graphed.values()]
-    graph_calls(calls, enabled=config.runtime.cuda_graphs and whole_days)
     return Parts(
         sharding=sharding,
         generators=generators,
@@ -98,9 +107,9 @@ def build_parts(
         buffer=buffer,
         rollouts=rollouts,
         validation=validation,
-        update_phase=update_phase,
-        gate=make_gate(config, market),
-        compilation=compilation,
+        update_phase=UpdatePhase(config, population.learner, buffer, generator=generators["replay"], sharding=sharding),
+        gate=None,
+        compilation=Compilation(enabled=False),
     )
 
 

@@ -4,7 +4,7 @@ A value such as ``learner.buffer_size=10000000000``, or a universe of 500 assets
 in an allocator traceback (or the kernel's out-of-memory killer) minutes into start-up or in generation 1. Each item
 below is the storage a run allocates once at start (design invariant 1), or the working memory of its largest phase
 (the phases run one after the other, so the caching allocator serves each from the memory the one before released).
-What the run holds is read off its parts themselves: ``run.parts.build_parts`` builds them on the meta device, where
+What the run holds is read off its parts themselves: ``run.parts.build_phases`` builds them on the meta device, where
 tensors have shapes and no memory, and each tensor they reach is counted once (``held_bytes``), whatever the
 algorithm, book or environment. The learner's update is measured the same way, by running the real update at the
 run's shapes on the meta device (``update_working_bytes``). The other phases' working memory, and the checkpoint's
@@ -37,10 +37,9 @@ from config import Config
 from environment.kernel import Fill
 from environment.market import Market, Splits
 from environment.observation import Observation, window_size
-from environment.vector_env import sees_orders_as_sent
 from models.learner import Learner, build_learner
-from models.replay import ReplayBatch, storage_tensors
-from run.parts import build_parts
+from models.replay import ReplayBatch
+from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
 from training import rollout as rollout_module
 from utils.errors import ConfigError
@@ -125,7 +124,7 @@ class RunShape(NamedTuple):
 
 
 class LearnerValues(NamedTuple):
-    """Values per agent of the learner's tensors (``models.learner``), read off a learner of one agent."""
+    """Values per agent of the learner's tensors (``models.learner``), each stacked by agent."""
 
     networks: int
     """Every network's parameters: the actor, the critics and all their targets."""
@@ -135,57 +134,71 @@ class LearnerValues(NamedTuple):
     """The actor's parameters (the champion's, and validation's rows, are one more actor each)."""
     largest_actor_tensor: int
     """The actor's largest parameter tensor (evolution works one tensor at a time)."""
-    tensors: list[int]
+    tensors: tuple[int, ...]
     """Each tensor a checkpoint holds per agent (``Learner.agent_tensors``: networks and moments)."""
-    actor_tensors: list[int]
+    actor_tensors: tuple[int, ...]
     """Each of the actor's parameter tensors (the champion holds one of each)."""
 
+    @classmethod
+    def of(cls, learner: Learner) -> LearnerValues:
+        def per_agent(tensors) -> list[int]:
+            return [tensor.shape[1:].numel() for tensor in tensors]
 
-@functools.lru_cache(maxsize=8)
-def learner_values(config: Config, window: int) -> LearnerValues:
-    """What one agent's learner holds, read off a real learner of one agent on the meta device (no memory)."""
-    learner = _learner(config, window, agents=1, device=torch.device("meta"))
-    trained = [p for module in learner.trained_networks for p in module.parameters()]
-    actor = [p.numel() for p in learner.actor.parameters()]
-    networks = sum(p.numel() for p in learner.network_tensors().values())
-    tensors = [t.numel() for t in learner.agent_tensors().values()]
-    return LearnerValues(networks, sum(p.numel() for p in trained), sum(actor), max(actor), tensors, actor)
+        trained = per_agent(p for module in learner.trained_networks for p in module.parameters())
+        actor = per_agent(learner.actor.parameters())
+        networks = sum(per_agent(learner.network_tensors().values()))
+        tensors = tuple(per_agent(learner.agent_tensors().values()))
+        return cls(networks, sum(trained), sum(actor), max(actor), tensors, tuple(actor))
 
 
 # ---------------------------------------------------------------------------------------------- the parts
 
 
-def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
-    """What one process's parts hold from a run's start to its end (design invariant 1), by item: read off the parts
-    themselves (``run.parts.build_parts``), built on the meta device for a market of ``shape``, their blocks of days
-    sized for ``shape.device``. Each tensor counts once, in the first item that reaches it."""
-    built = dataclasses.replace(
-        config,
-        runtime=dataclasses.replace(config.runtime, torch_compile=False, cuda_graphs=False),
-        selection=dataclasses.replace(config.selection, method="bonferroni"),  # the gate: host_bytes
-    )
+class Measured(NamedTuple):
+    """What one process's parts hold, read off them (``measure``)."""
+
+    held: tuple[tuple[str, int], ...]
+    """Bytes by item, each tensor counted once, in the first item that reaches it."""
+    learner: LearnerValues
+    """The learner's tensors, per agent."""
+    buffer_tensors: tuple[int, ...]
+    """Bytes of each of the replay buffer's storage tensors (its checkpoint copies are staged one by one)."""
+
+
+@functools.lru_cache(maxsize=8)
+def measure(config: Config, shape: RunShape) -> Measured:
+    """What one process's parts hold from a run's start to its end (design invariant 1), read off the parts
+    themselves (``run.parts.build_phases``): built on the meta device for a market of ``shape``, their blocks of days
+    sized for ``shape.device``."""
     market = _shaped_market(config, shape)
     sharding = Sharding(config.evolution.popsize, Ranks(world_size=shape.processes), device="meta")
     with _no_cache_left_behind():
-        parts = build_parts(built, market, sharding, block_device=torch.device(shape.device))
+        parts = build_phases(config, market, sharding, block_device=torch.device(shape.device))
     counted: set[StorageWeakRef] = set()
     _storage_bytes(market, counted)  # loaded before the check
-    needs = {
+    held = {
         BUFFER: _storage_bytes(parts.buffer.storage, counted),
         SAMPLES: _storage_bytes(parts.buffer, counted),
         POPULATION: _storage_bytes(parts.population, counted),
     }
     if parts.update_phase.noise is not None:
-        needs[OBSERVATION_NOISE] = _storage_bytes(parts.update_phase.noise, counted)
+        held[OBSERVATION_NOISE] = _storage_bytes(parts.update_phase.noise, counted)
     if shape.processes > 1:
-        needs[EXCHANGE] = _storage_bytes(parts.rollouts.exchange, counted)
-    needs[ENVIRONMENTS] = _storage_bytes([parts.rollouts, parts.validation, parts.update_phase], counted)
+        held[EXCHANGE] = _storage_bytes(parts.rollouts.exchange, counted)
+    held[ENVIRONMENTS] = _storage_bytes([parts.rollouts, parts.validation, parts.update_phase], counted)
+    buffer_tensors = tuple(tensor.nbytes for tensor in parts.buffer.storage.values())
+    measured = Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors)
     # The phases refer to themselves (a graphed call holds its phase's step), so the build is cyclic garbage: it is
     # collected here, at start-up, rather than by a collection inside the run's generations, whose objects and
     # memory the leak checks hold flat (where a device emulated on the host backs meta tensors, memory too).
     del parts
     gc.collect()
-    return needs
+    return measured
+
+
+def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
+    """What one process's parts hold, by item (``measure``)."""
+    return dict(measure(config, shape).held)
 
 
 def _shaped_market(config: Config, shape: RunShape) -> Market:
@@ -250,13 +263,6 @@ def _is_ours(item: object) -> bool:
 _PACKAGES = frozenset({"environment", "models", "runtime", "training"})
 
 
-def _learner(config: Config, window: int, *, agents: int, device: torch.device) -> Learner:
-    noise = torch.Generator(device=device) if device.type != "meta" else None
-    return build_learner(
-        config, window, agents=agents, device=device, generator=torch.Generator(), noise_generator=noise
-    )
-
-
 # ---------------------------------------------------------------------------------------------- activations
 
 
@@ -302,7 +308,7 @@ def update_working_bytes(config: Config, *, agents: int, num_assets: int, window
     ``model.bf16_encoder`` the encoder is measured in float32, an upper bound (autocast has no meta device)."""
     measured = dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
     device = torch.device("meta")
-    learner = _learner(measured, window, agents=agents, device=device)
+    learner = build_learner(measured, window, agents=agents, device=device, generator=torch.Generator())
     shape, n1 = (agents, config.learner.batch_size), num_assets + 1
 
     def empty(*trailing: int) -> torch.Tensor:
@@ -349,7 +355,7 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     agents = shape.agents(popsize)
     episodes, n1 = rollout.episodes, num_assets + 1
     window = shape.window(config)
-    values = learner_values(config, window)
+    values = measure(config, shape).learner
     actor, others = values.actor, values.networks - values.actor + 2 * values.trained  # a parent's other tensors
     # bf16 copies of an encoder's weights, cached by autocast for one forward
     weight_casts = agents * (window + model.embedding) * model.encoder_hidden * BF16_BYTES if model.bf16_encoder else 0
@@ -403,15 +409,6 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------- a process
 
 
-def buffer_tensor_bytes(config: Config, shape: RunShape) -> list[int]:
-    """Bytes of each of the buffer's tensors, read off its storage on the meta device (``models.replay``); it keeps the
-    previous order as it filled where a decision sees it as sent (``environment.vector_env.sees_orders_as_sent``)."""
-    env = config.env
-    held = sees_orders_as_sent(env.execution_delay, env.rebalance_every, partly_tradable=shape.tradable_mask)
-    storage = storage_tensors(config.learner.buffer_size, shape.num_assets, held=held, device="meta")
-    return [tensor.nbytes for tensor in storage.values()]
-
-
 def process_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     """Bytes one of ``shape.processes`` needs on its training device, by item (each named by the keys that size it):
     what its parts hold (``held_bytes``: its slots of the population, P / W, and the whole buffer), the working
@@ -437,13 +434,12 @@ def host_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     Staging buffers for a CUDA device are pinned, and the pinned allocator rounds each up to a power of two."""
     popsize, processes = config.evolution.popsize, shape.processes
     agents = shape.agents(popsize)
-    window = shape.window(config)
 
     def staged(size: int) -> int:
         return 1 << (size - 1).bit_length() if shape.on_cuda and size > 0 else size
 
-    stored = buffer_tensor_bytes(config, shape)
-    values = learner_values(config, window)
+    measured = measure(config, shape)
+    stored, values = measured.buffer_tensors, measured.learner
     # per agent: the learner's networks and moments, the exploration stdev; and the champion
     slot_tensors = [*values.tensors, 1]
     champion = values.actor * FLOAT_BYTES

@@ -51,10 +51,10 @@ class Compilation:
 
     Args:
         enabled: compile at all (``runtime.torch_compile``); False leaves every function as it is.
-        cache: the folder for the compiled kernels, used unless ``TORCHINDUCTOR_CACHE_DIR`` is set.
+        cache: the folder for the compiled kernels, used unless ``TORCHINDUCTOR_CACHE_DIR`` is set (needed if enabled).
     """
 
-    def __init__(self, *, enabled: bool, cache: Path) -> None:
+    def __init__(self, *, enabled: bool, cache: Path | None = None) -> None:
         self.enabled = enabled
         if enabled:
             self.cache = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache).resolve())))

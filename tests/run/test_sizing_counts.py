@@ -13,7 +13,7 @@ from config import Config, override, preset
 from models.population import Population
 from models.replay import ReplayBatch, ReplayBuffer
 from run import sizing
-from run.parts import build_parts
+from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
 from tests.synthetic import make_market, make_population, replay_batch
 
@@ -73,7 +73,7 @@ def test_the_ring_count_is_the_bytes_of_a_real_ring():
         sample_shape=(POPSIZE, BATCH),
     )
     shape = sizing.RunShape(ASSETS, market.num_features)
-    assert sum(sizing.buffer_tensor_bytes(config, shape)) == ring.nbytes
+    assert sum(sizing.measure(config, shape).buffer_tensors) == ring.nbytes
     needs = sizing.process_bytes(config, shape)
     assert needs[sizing.BUFFER] == ring.nbytes
     assert needs[sizing.SAMPLES] == _bytes([ring._windows, ring._next_windows, ring._write_pos])
@@ -94,15 +94,15 @@ def test_what_the_parts_hold_is_what_a_real_build_of_them_allocates(values, proc
     parts on the CPU allocates and keeps (every allocation the profiler sees, less every free), whatever the
     algorithm, the book, the panel and the processes, to the episodes' start days, kept on the host, whose number
     follows the length of the training range."""
-    config = _config(**{"learner.buffer_size": 300, "selection.method": "bonferroni", **values})
+    config = _config(**{"learner.buffer_size": 300, **values})
     market = make_market(num_assets=ASSETS, validation_days=config.data.validation_days, num_days=500)
     if config.env.execution_delay == 2:
         tradable = torch.rand(market.num_days, ASSETS, generator=torch.Generator().manual_seed(1)) > 0.2
         market = dataclasses.replace(market, tradable=tradable)
     sharding = Sharding(POPSIZE, Ranks(world_size=processes))
-    first = build_parts(config, market, sharding)  # makes what a process makes once; kept, so none of it is freed
+    first = build_phases(config, market, sharding)  # makes what a process makes once; kept, so none of it is freed
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        second = build_parts(config, market, sharding)
+        second = build_phases(config, market, sharding)
     assert second.buffer is not first.buffer
     kept = sum(event.self_cpu_memory_usage for event in profiler.events())
     held = sizing.held_bytes(config, sizing.RunShape.of(market, processes=processes))
