@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import os
 import sys
 import tempfile
@@ -187,13 +186,7 @@ def measure(config: Config, shape: RunShape) -> Measured:
         held[EXCHANGE] = _storage_bytes(parts.rollouts.exchange, counted)
     held[ENVIRONMENTS] = _storage_bytes([parts.rollouts, parts.validation, parts.update_phase], counted)
     buffer_tensors = tuple(tensor.nbytes for tensor in parts.buffer.storage.values())
-    measured = Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors)
-    # The phases refer to themselves (a graphed call holds its phase's step), so the build is cyclic garbage: it is
-    # collected here, at start-up, rather than by a collection inside the run's generations, whose objects and
-    # memory the leak checks hold flat (where a device emulated on the host backs meta tensors, memory too).
-    del parts
-    gc.collect()
-    return measured
+    return Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors)
 
 
 def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -279,6 +280,7 @@ class Rollouts:
         per_day = block_bytes_per_day(config.model, agents=agents, episodes=episodes, assets=market.num_assets)
         block_device = block_device or market.device
         self.blocks = block_lengths(config.env.episode_days, bytes_per_day=per_day, device=block_device)
+        this = weakref.proxy(self)  # the graphed call below is the phase's own: it holds it without a cycle
         work = functools.partial(
             roll_out_episodes,
             population,
@@ -290,7 +292,7 @@ class Rollouts:
             stored_episodes=self.stored_episodes,
             generator=exploration,
             exchange=self.exchange,
-            day_step=lambda *args, **kwargs: self.day(*args, **kwargs),  # ``day`` as it is then (compiled or not)
+            day_step=lambda *args, **kwargs: this.day(*args, **kwargs),  # ``day`` as it is then (compiled or not)
         )
         self.day: Callable[..., None] = roll_out_day
         """One day's step (``roll_out_day``); ``runtime.compiled`` may replace it by its compiled form."""
@@ -368,13 +370,14 @@ class Validation:
         per_day = block_bytes_per_day(config.model, agents=agents + 1, episodes=len(starts), assets=market.num_assets)
         self.blocks = block_lengths(days, bytes_per_day=per_day, device=block_device or market.device)
         windows = self.env.gatherer.empty(len(starts), max(self.blocks), device=market.device)
-        day_step = lambda *args, **kwargs: self.day(*args, **kwargs)  # noqa: E731 (``day`` as it is then)
+        this = weakref.proxy(self)  # the graphed call below is the phase's own: it holds it without a cycle
+        day_step = lambda *args, **kwargs: this.day(*args, **kwargs)  # noqa: E731 (``day`` as it is then)
         work = functools.partial(
             validate_range, self.acting, self.env, windows, self.actions, blocks=self.blocks, day_step=day_step
         )
         self.day: Callable[..., None] = validate_day
         """One day's step (``validate_day``); ``runtime.compiled`` may replace it by its compiled form."""
-        self.graphed = GraphedCall(functools.partial(self._days, work), device=market.device)
+        self.graphed = GraphedCall(functools.partial(Validation._days, this, work), device=market.device)
 
     def run(self) -> torch.Tensor:
         """(P + 2, E * D) daily log returns of the agents held here, the champion and equal weight, on the device

@@ -8,6 +8,7 @@ learner's update, which is device arithmetic alone."""
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -72,8 +73,11 @@ class UpdatePhase:
         self.loss_names = learner.loss_names
         self.loss_sums = torch.zeros(sharding.share.agents, len(self.loss_names), device=device)  # (P, losses)
         kinds = {learner.takes_actor_step(index) for index in range(settings.updates_per_generation)}
+        this = weakref.proxy(self)  # the graphed calls are the phase's own: they hold it without a cycle
         self.graphed = {
-            actor_step: GraphedCall(functools.partial(self._summed, actor_step), device=device, generators=[generator])
+            actor_step: GraphedCall(
+                functools.partial(UpdatePhase._summed, this, actor_step), device=device, generators=[generator]
+            )
             for actor_step in sorted(kinds)
         }
         self._sampled_size = -1  # the buffer size a captured update draws below
