@@ -71,6 +71,8 @@ class BatchedLinear(nn.Module):
             # matmul library call would stand apart); eager keeps the matmul, and its numbers.
             return (x * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         if x.shape[0] == self.weight.shape[0]:
+            if self.weight.shape[-1] == 1 and torch.is_grad_enabled():
+                return _OneOutput.apply(self.bias, x, self.weight)
             return torch.baddbmm(self.bias, x, self.weight)
         return torch.matmul(x, self.weight) + self.bias  # x shared by all agents: (1, M, in)
 
@@ -83,6 +85,29 @@ class BatchedLinear(nn.Module):
     def column(self, index: int) -> torch.Tensor:
         """(P, out) the weight's row for one scalar input ``index``: what one unit of that input adds."""
         return self.weight[:, index]
+
+
+class _OneOutput(torch.autograd.Function):
+    """A one-output batched layer, ``baddbmm(bias, x, weight)``, whose input gradient is the product of the output's
+    gradient and the weight's row, broadcast: the same numbers as the matmul autograd would launch (one product per
+    element, nothing summed), without a matmul of inner size 1, which runs several times slower than the product."""
+
+    @staticmethod
+    def forward(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(bias, x, weight)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        _, x, weight = inputs
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        bias_grad = grad.sum(1, keepdim=True) if ctx.needs_input_grad[0] else None
+        x_grad = grad * weight.transpose(1, 2) if ctx.needs_input_grad[1] else None
+        weight_grad = torch.bmm(x.transpose(1, 2), grad) if ctx.needs_input_grad[2] else None
+        return bias_grad, x_grad, weight_grad
 
 
 class BatchedMLP(nn.Module):

@@ -7,11 +7,12 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import LearnerConfig, ModelConfig
 from environment.observation import Observation
 from models.learner import Learner
-from models.networks import Actor, Critic
+from models.networks import Actor, BatchedLinear, Critic
 from models.population import Population
 from tests.synthetic import random_simplex
 
@@ -255,3 +256,56 @@ def test_an_actors_features_of_many_observations_decide_each_one_as_alone():
         one = actor.logits(Observation(shared[:, m : m + 1], weights[:, m : m + 1]))
         sliced = type(block)(*(None if part is None else part[:, m : m + 1] for part in block))
         torch.testing.assert_close(actor.decide(sliced, weights[:, m : m + 1]), one, rtol=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------- the one-output layer's backward
+
+
+class _Matmuls(TorchDispatchMode):
+    """The batched matmuls dispatched, by the shapes of their two factors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default):
+            a, b = args[-2:] if func is torch.ops.aten.baddbmm.default else args
+            self.shapes.append((tuple(a.shape), tuple(b.shape)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("wanted", [(True, True, True), (False, True, False), (True, False, True)])
+def test_a_one_output_layer_has_autograds_gradients_bit_for_bit_without_a_matmul_of_inner_size_one(wanted):
+    """A layer of one output (the heads' last) gives the gradients a plain ``baddbmm`` gives, bit for bit, for the
+    inputs that want them, and its input's gradient is a product, not a matmul whose inner size is 1 (several times
+    slower on a CPU)."""
+    layer = BatchedLinear(P, 64, 1)
+    layer.reset_parameters(torch.Generator().manual_seed(13))
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(P, 300, 64, generator=g)
+    upstream = torch.randn(P, 300, 1, generator=g)
+
+    def gradients(forward):
+        bias, x_, weight = (t.detach().clone().requires_grad_(w) for t, w in zip((layer.bias, x, layer.weight), wanted))
+        out = forward(bias, x_, weight)
+        out.backward(upstream)
+        return out.detach(), [t.grad for t in (bias, x_, weight)]
+
+    matmuls = _Matmuls()
+    with matmuls:
+        out, got = gradients(lambda bias, x_, weight: BatchedLinear.forward(_AsLayer(bias, weight), x_))
+    want_out, want = gradients(torch.baddbmm)
+    assert torch.equal(out, want_out)
+    for mine, theirs, asked in zip(got, want, wanted):
+        assert (mine is None) == (not asked)
+        assert mine is None or torch.equal(mine, theirs)
+    assert all(a[-1] != 1 for a, _ in matmuls.shapes), matmuls.shapes  # no (.., 1) @ (1, ..)
+    assert ((P, 300, 64), (P, 64, 1)) in matmuls.shapes  # the forward is the matmul it was: the same numbers
+
+
+class _AsLayer:
+    """A stand-in ``self`` for ``BatchedLinear.forward`` holding given tensors as its weight and bias."""
+
+    def __init__(self, bias: torch.Tensor, weight: torch.Tensor) -> None:
+        self.bias, self.weight = bias, weight
