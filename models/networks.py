@@ -71,7 +71,7 @@ class BatchedLinear(nn.Module):
             # matmul library call would stand apart); eager keeps the matmul, and its numbers.
             return (x * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         if x.shape[0] == self.weight.shape[0]:
-            if self.weight.shape[-1] == 1 and torch.is_grad_enabled():
+            if self.weight.shape[-1] == 1 and torch.is_grad_enabled() and not _autocasting(x.device):
                 return _OneOutput.apply(self.bias, x, self.weight)
             return torch.baddbmm(self.bias, x, self.weight)
         return torch.matmul(x, self.weight) + self.bias  # x shared by all agents: (1, M, in)
@@ -108,6 +108,11 @@ class _OneOutput(torch.autograd.Function):
         x_grad = grad * weight.transpose(1, 2) if ctx.needs_input_grad[1] else None
         weight_grad = torch.bmm(x.transpose(1, 2), grad) if ctx.needs_input_grad[2] else None
         return bias_grad, x_grad, weight_grad
+
+
+def _autocasting(device: torch.device) -> bool:
+    """Whether autocast is on for ``device`` (there the matmul's factors are cast, and its gradient with them)."""
+    return device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type)
 
 
 class BatchedMLP(nn.Module):

@@ -292,9 +292,12 @@ def test_a_one_output_layer_has_autograds_gradients_bit_for_bit_without_a_matmul
         out.backward(upstream)
         return out.detach(), [t.grad for t in (bias, x_, weight)]
 
+    def layer_forward(bias, x_, weight):
+        return BatchedLinear.forward(_AsLayer(bias, weight), x_)
+
     matmuls = _Matmuls()
     with matmuls:
-        out, got = gradients(lambda bias, x_, weight: BatchedLinear.forward(_AsLayer(bias, weight), x_))
+        out, got = gradients(layer_forward)
     want_out, want = gradients(torch.baddbmm)
     assert torch.equal(out, want_out)
     for mine, theirs, asked in zip(got, want, wanted):
@@ -302,6 +305,11 @@ def test_a_one_output_layer_has_autograds_gradients_bit_for_bit_without_a_matmul
         assert mine is None or torch.equal(mine, theirs)
     assert all(a[-1] != 1 for a, _ in matmuls.shapes), matmuls.shapes  # no (.., 1) @ (1, ..)
     assert ((P, 300, 64), (P, 64, 1)) in matmuls.shapes  # the forward is the matmul it was: the same numbers
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts the factors: autograd's own backward there
+        cast_out, cast = gradients(layer_forward)
+        want_cast_out, want_cast = gradients(torch.baddbmm)
+    assert cast_out.dtype == torch.bfloat16 and torch.equal(cast_out, want_cast_out)
+    assert all(mine is None or torch.equal(mine, theirs) for mine, theirs in zip(cast, want_cast))
 
 
 class _AsLayer:
