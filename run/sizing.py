@@ -169,7 +169,7 @@ def measure(config: Config, shape: RunShape) -> Measured:
     """What one process's parts hold from a run's start to its end (design invariant 1), read off the parts
     themselves (``run.parts.build_phases``): built on the meta device for a market of ``shape``, their blocks of days
     sized for ``shape.device``."""
-    market = _shaped_market(config, shape)
+    market = shaped_market(config, shape)
     sharding = Sharding(config.evolution.popsize, Ranks(world_size=shape.processes), device="meta")
     with _no_cache_left_behind():
         parts = build_phases(config, market, sharding, block_device=torch.device(shape.device))
@@ -194,7 +194,7 @@ def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     return dict(measure(config, shape).held)
 
 
-def _shaped_market(config: Config, shape: RunShape) -> Market:
+def shaped_market(config: Config, shape: RunShape) -> Market:
     """A market of ``shape`` on the meta device, with its day ranges, or else training days enough for the config's
     episodes and fitness blocks and its validation range: what the parts hold does not depend on the market's
     values or on its other days."""

@@ -141,7 +141,8 @@ def roll_out_episodes(
     its compiled form. The caller commits ``population.popsize * stored_episodes`` transitions a day to the buffer
     afterwards."""
     actor, share = population.actor, population.share
-    for days in blocks:
+
+    def block(days: int) -> None:  # a block's features live in this call alone: never two blocks' at once
         features = block_features(actor, env, windows, days)
         for day in range(days):
             # drawn for the whole population, the rows held here kept (``models.share``)
@@ -156,6 +157,9 @@ def roll_out_episodes(
                 stored_episodes=stored_episodes,
                 exchange=exchange,
             )
+
+    for days in blocks:
+        block(days)
 
 
 @torch.no_grad()
@@ -187,10 +191,14 @@ def validate_range(
     deterministic policies of ``acting``'s rows (the agents held here, then the champion) and equal weight over the
     day's tradable assets in ``actions``' last row; ``actions`` (P + 2, E, N + 1) is where the day's actions are
     written. ``day_step``: ``validate_day`` or its compiled form."""
-    for days in blocks:
+
+    def block(days: int) -> None:  # as in ``roll_out_episodes``: one block's features alive at a time
         features = block_features(acting, env, windows, days)
         for day in range(days):
             day_step(acting, env, on_day(features, day), actions)
+
+    for days in blocks:
+        block(days)
 
 
 class SharedSteps:

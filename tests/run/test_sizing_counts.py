@@ -4,6 +4,7 @@ and what a learner's update allocates."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from run import sizing
 from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
 from tests.synthetic import make_market, make_population, replay_batch
+from training import rollout as rollout_module
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
 INDEX_BYTES = 8
@@ -167,3 +169,45 @@ def test_the_update_phase_estimate_covers_every_allocation_of_an_update(values):
     peak = _allocated_peak(config)
     estimate = sizing.working_bytes(config, sizing.RunShape(ASSETS, WINDOW))["update"]
     assert peak <= estimate <= 2 * peak, (estimate, peak)
+
+
+def _roll_out(rollouts) -> None:
+    rollouts.run(rollouts.sample_starts())
+
+
+def _profiled_peak(work) -> int:
+    """The running sum of the profiler's allocations and frees over ``work()`` on the CPU, in order: its peak."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        work()
+    events = [e for e in profiler.events() if e.self_cpu_memory_usage]
+    changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in events)
+    running = peak = 0
+    for _, change in changes:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize("phase", ["rollout", "validation"])
+def test_a_phase_of_days_holds_one_block_at_a_time_within_its_estimate(phase, monkeypatch):
+    """The rollout and validation go through their days in blocks (``training.rollout``), each block's windows' part
+    computed at once and held while its days decide. On the CPU, in blocks of 2 and of 6 days: each day a block
+    holds adds at most ``block_bytes_per_day`` to what the phase allocates at once (one block's part alive at a time:
+    were the next block's computed while the last is still held, each day would cost more), and the memory check's
+    estimate (``sizing.working_bytes``) covers what it allocates, not far above it."""
+    config = _config(**{"data.validation_days": 36, "env.episode_days": 24, "rollout.episodes": 6})
+    market = make_market(num_assets=ASSETS, validation_days=36, num_days=400)
+    rows, episodes = (POPSIZE, 6) if phase == "rollout" else (POPSIZE + 1, 1)
+    per_day = rollout_module.block_bytes_per_day(config.model, agents=rows, episodes=episodes, assets=ASSETS)
+    peaks = {}
+    for days in (2, 6):
+        monkeypatch.setitem(rollout_module.BLOCK_BYTES, "cpu", days * per_day)
+        parts = build_phases(config, market)
+        blocks = parts.rollouts.blocks if phase == "rollout" else parts.validation.blocks
+        assert len(blocks) > 2 and set(blocks) == {days}, blocks
+        run = functools.partial(_roll_out, parts.rollouts) if phase == "rollout" else parts.validation.run
+        run()  # what a first call allocates once (the buffer's first writes) is not the phase's working memory
+        peaks[days] = _profiled_peak(run)
+        estimate = sizing.working_bytes(config, sizing.RunShape.of(market))[phase]
+        assert peaks[days] <= estimate <= 2 * peaks[days], (days, peaks[days], estimate)
+    assert (peaks[6] - peaks[2]) / 4 <= per_day, (peaks, per_day)
