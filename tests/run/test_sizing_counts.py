@@ -18,6 +18,7 @@ from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
 from tests.synthetic import make_market, make_population, replay_batch
 from training import rollout as rollout_module
+from training.evolution import evolve_, plan_generation
 
 POPSIZE, BATCH, ASSETS, WINDOW = 4, 16, 5, 7
 INDEX_BYTES = 8
@@ -211,3 +212,35 @@ def test_a_phase_of_days_holds_one_block_at_a_time_within_its_estimate(phase, mo
         estimate = sizing.working_bytes(config, sizing.RunShape.of(market))[phase]
         assert peaks[days] <= estimate <= 2 * peaks[days], (days, peaks[days], estimate)
     assert (peaks[6] - peaks[2]) / 4 <= per_day, (peaks, per_day)
+
+
+@LEARNERS
+def test_evolution_allocates_within_its_estimate(learning):
+    """What one generation's evolution (``training.evolution.evolve_``: copies, blends and mutations of every
+    offspring, one tensor at a time) allocates at once on the CPU is within the memory check's estimate of it, and not
+    far below it."""
+    config = _config(**{"evolution.popsize": 8, "evolution.elites": 1, **learning})
+    market = make_market(num_assets=ASSETS, validation_days=config.data.validation_days, num_days=500)
+    population = build_phases(config, market).population
+    settings, generator = config.evolution, torch.Generator().manual_seed(0)
+    fitness = torch.randn(settings.popsize, generator=generator)
+    plan = plan_generation(
+        fitness,
+        elites=settings.elites,
+        tournament_size=settings.tournament_size,
+        crossover_prob=1.0,  # every offspring a blend, mutated: the most evolution does at once
+        mutation_prob=1.0,
+        generator=generator,
+    )
+    evolve = functools.partial(
+        evolve_,
+        population,
+        plan,
+        mutation_fraction=settings.mutation_fraction,
+        mutation_stdev=settings.mutation_stdev,
+        generator=generator,
+    )
+    evolve()
+    peak = _profiled_peak(evolve)
+    estimate = sizing.working_bytes(config, sizing.RunShape.of(market))["evolution"]
+    assert peak <= estimate <= 2 * peak, (peak, estimate)
