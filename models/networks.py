@@ -232,14 +232,17 @@ class Actor(nn.Module):
     def decide(self, features: ActorFeatures, weights: torch.Tensor) -> torch.Tensor:
         """``features`` of M observations and their weights (P, M, N + 1) -> logits (P, M, N + 1)."""
         popsize, hidden = features.cash.shape[0], features.cash.shape[-1]
-        asset_weight = self.asset_head.layers[0].column(2 * self.widths.embedding).view(popsize, 1, 1, hidden)
+        asset_first, asset_last = self.asset_head.layers
+        cash_first, cash_last = self.cash_head.layers
+        embedding = self.widths.embedding
+        asset_weight = asset_first.column(2 * embedding).view(popsize, 1, 1, hidden)
         asset_hidden = torch.relu(torch.addcmul(features.assets, weights[..., 1:, None], asset_weight))  # (P, M, N, H)
-        asset_logits = self.asset_head.layers[1](asset_hidden.flatten(1, 2)).view(weights[..., 1:].shape)  # (P, M, N)
+        asset_logits = asset_last(asset_hidden.flatten(1, 2)).view(weights[..., 1:].shape)  # (P, M, N)
         if features.tradable is not None:  # no weight on an asset without a price: masked before the softmax
             asset_logits = asset_logits.masked_fill(~features.tradable, -math.inf)
-        cash_weight = self.cash_head.layers[0].column(self.widths.embedding).view(popsize, 1, hidden)
+        cash_weight = cash_first.column(embedding).view(popsize, 1, hidden)
         cash_hidden = torch.relu(torch.addcmul(features.cash, weights[..., :1], cash_weight))  # (P, M, H)
-        cash_logit = self.cash_head.layers[1](cash_hidden)  # (P, M, 1)
+        cash_logit = cash_last(cash_hidden)  # (P, M, 1)
         return torch.cat([cash_logit, asset_logits], dim=-1)
 
     def logits(self, obs: Observation) -> torch.Tensor:
