@@ -138,12 +138,10 @@ def _update(config: Config, population: Population, batch: ReplayBatch) -> None:
     population.learner.update(batch)
 
 
-def _allocated_peak(config: Config) -> int:
-    """The profiler's allocations and frees over one real update on the CPU, in order: their running sum's peak."""
-    population, batch = _population(config), _batch(config)
-    _update(config, population, batch)  # the first update allocates TD3's smoothing buffers, kept afterwards
+def _profiled_peak(work) -> int:
+    """The running sum of the profiler's allocations and frees over ``work()`` on the CPU, in order: its peak."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        _update(config, population, batch)
+        work()
     events = [e for e in profiler.events() if e.self_cpu_memory_usage]
     changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in events)
     running = peak = 0
@@ -151,6 +149,13 @@ def _allocated_peak(config: Config) -> int:
         running += change
         peak = max(peak, running)
     return peak
+
+
+def _allocated_peak(config: Config) -> int:
+    """What one real update allocates at once on the CPU (``_profiled_peak``)."""
+    population, batch = _population(config), _batch(config)
+    _update(config, population, batch)  # the first update allocates TD3's smoothing buffers, kept afterwards
+    return _profiled_peak(functools.partial(_update, config, population, batch))
 
 
 @UPDATE_CASES
@@ -174,19 +179,6 @@ def test_the_update_phase_estimate_covers_every_allocation_of_an_update(values):
 
 def _roll_out(rollouts) -> None:
     rollouts.run(rollouts.sample_starts())
-
-
-def _profiled_peak(work) -> int:
-    """The running sum of the profiler's allocations and frees over ``work()`` on the CPU, in order: its peak."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        work()
-    events = [e for e in profiler.events() if e.self_cpu_memory_usage]
-    changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in events)
-    running = peak = 0
-    for _, change in changes:
-        running += change
-        peak = max(peak, running)
-    return peak
 
 
 @pytest.mark.parametrize("phase", ["rollout", "validation"])
