@@ -6,11 +6,11 @@ below is the storage a run allocates once at start (design invariant 1), or the 
 (the phases run one after the other, so the caching allocator serves each from the memory the one before released).
 What the run holds is read off its parts themselves: ``run.parts.build_phases`` builds them on the meta device, where
 tensors have shapes and no memory, and each tensor they reach is counted once (``held_bytes``), whatever the
-algorithm, book or environment. The learner's update is measured the same way, by running the real update at the
-run's shapes on the meta device (``update_working_bytes``). The other phases' working memory, and the checkpoint's
-host copies, are counted from the shapes the code allocates (``training.rollout``, ``training.evolution``,
-``persistence``). ``tests/run/test_sizing_counts.py`` holds the counts against real parts and every allocation the
-profiler sees a real update make.
+algorithm, book or environment. The update phase's working memory is measured the same way, by running one update of
+those parts (``measure``). The other phases' working memory, and the checkpoint's host copies, are counted from the
+shapes the code allocates (``training.rollout``, ``training.evolution``, ``persistence``): running the days on the
+meta device would cost about a second a start. ``tests/run/test_sizing_counts.py`` holds every count against real
+parts and what the profiler sees each phase allocate.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the
 context it created), and Python's own objects.
@@ -33,11 +33,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from config import Config
-from environment.kernel import Fill
 from environment.market import Market, Splits
-from environment.observation import Observation, window_size
-from models.learner import Learner, build_learner
-from models.replay import ReplayBatch
+from environment.observation import window_size
+from models.learner import Learner
 from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
 from training import rollout as rollout_module
@@ -162,13 +160,20 @@ class Measured(NamedTuple):
     """The learner's tensors, per agent."""
     buffer_tensors: tuple[int, ...]
     """Bytes of each of the replay buffer's storage tensors (its checkpoint copies are staged one by one)."""
+    update: int
+    """The most bytes one update of the update phase allocates at once on top of what the parts hold: its batch's
+    draw and gather, the observation noise, the learner's losses, backward passes, clips, Adam steps and averages."""
 
 
 @functools.lru_cache(maxsize=8)
 def measure(config: Config, shape: RunShape) -> Measured:
     """What one process's parts hold from a run's start to its end (design invariant 1), read off the parts
     themselves (``run.parts.build_phases``): built on the meta device for a market of ``shape``, their blocks of days
-    sized for ``shape.device``."""
+    sized for ``shape.device``; and what one update of the update phase allocates at once, run on them.
+
+    With ``model.bf16_encoder`` the parts are built in float32: they hold the same tensors, and autocast, which has no
+    meta device, is left out of the update (an upper bound; its weights' bf16 copies are counted apart)."""
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
     market = shaped_market(config, shape)
     sharding = Sharding(config.evolution.popsize, Ranks(world_size=shape.processes), device="meta")
     with _no_cache_left_behind():
@@ -186,7 +191,16 @@ def measure(config: Config, shape: RunShape) -> Measured:
         held[EXCHANGE] = _storage_bytes(parts.rollouts.exchange, counted)
     held[ENVIRONMENTS] = _storage_bytes([parts.rollouts, parts.validation, parts.update_phase], counted)
     buffer_tensors = tuple(tensor.nbytes for tensor in parts.buffer.storage.values())
-    return Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors)
+    buffer = parts.buffer
+    # Transitions from a day a rollout starts on: the meta device holds no values, but a device that backs it with
+    # memory (the tests' emulated CUDA) then gathers windows that exist.
+    buffer.storage["days"].fill_(int(parts.rollouts.episode_starts.learning[0]))
+    with _no_cache_left_behind(), PeakBytes() as update:
+        # The batch's positions as a sample draws them, for all P, on the device: drawn from the host's stream, a
+        # meta build's would take host memory of that size.
+        drawn = torch.zeros(buffer.sample_shape, dtype=torch.long, device="meta")
+        parts.update_phase.update_on(buffer.gather(buffer.share.mine(drawn)))  # the learner's update with every part
+    return Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors, update.peak)
 
 
 def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
@@ -294,33 +308,6 @@ def _tensors(value) -> list[torch.Tensor]:
     return []
 
 
-def update_working_bytes(config: Config, *, agents: int, num_assets: int, window: int) -> int:
-    """The most bytes one learner update of ``agents`` agents allocates at once on top of its stored tensors and its
-    batch: measured by running the real update (``models.learner.Learner.update``, its losses, backward passes,
-    clips, Adam steps and averages) on the meta device, where tensors have shapes and no memory. With
-    ``model.bf16_encoder`` the encoder is measured in float32, an upper bound (autocast has no meta device)."""
-    measured = dataclasses.replace(config, model=dataclasses.replace(config.model, bf16_encoder=False))
-    device = torch.device("meta")
-    learner = build_learner(measured, window, agents=agents, device=device, generator=torch.Generator())
-    shape, n1 = (agents, config.learner.batch_size), num_assets + 1
-
-    def empty(*trailing: int) -> torch.Tensor:
-        return torch.empty(*shape, *trailing, device=device)
-
-    batch = ReplayBatch(
-        obs=Observation(empty(num_assets, window), empty(n1)),
-        actions=empty(n1),
-        rewards=empty(),
-        next_obs=Observation(empty(num_assets, window), empty(n1)),
-        terminated=empty(),
-        truncated=empty(),
-        fill=Fill(held=empty(n1), drift=empty(n1) if config.env.execution_delay else None),
-    )
-    with _no_cache_left_behind(), PeakBytes() as peak:
-        learner.update(batch)
-    return peak.peak
-
-
 @contextlib.contextmanager
 def _no_cache_left_behind() -> Iterator[None]:
     """Around the meta device's arithmetic: many of its kernels are Python references that import ``torch._dynamo``
@@ -343,12 +330,13 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     """The memory each phase of a generation allocates and releases, in one of ``shape.processes`` (by ``PHASES`` key)
     on a device of ``shape.device``'s type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``).
     Random draws are made for the whole population on every process (``runtime.sharding``), so they count all P."""
-    model, settings, rollout = config.model, config.learner, config.rollout
+    model, rollout = config.model, config.rollout
     popsize, num_assets, processes = config.evolution.popsize, shape.num_assets, shape.processes
     agents = shape.agents(popsize)
     episodes, n1 = rollout.episodes, num_assets + 1
     window = shape.window(config)
-    values = measure(config, shape).learner
+    measured = measure(config, shape)
+    values = measured.learner
     actor, others = values.actor, values.networks - values.actor + 2 * values.trained  # a parent's other tensors
     # bf16 copies of an encoder's weights, cached by autocast for one forward
     weight_casts = agents * (window + model.embedding) * model.encoder_hidden * BF16_BYTES if model.bf16_encoder else 0
@@ -382,20 +370,8 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
             FLOAT_BYTES * (agents + 3 * actors) * actor + evolution,
         )
 
-    # The batch's gathered vectors (weights, actions, next weights, the day's relatives with and without cash, and with
-    # a delay the fill day's too), rewards and flags, the days and positions (drawn for all P), the smoothing noise
-    # (drawn for all P, TD3), the days' tradable assets (bytes, where some do not trade every day); then
-    # what the update allocates at once (measured: the targets' forward, the graphs saved for backward with the
-    # gradients in flight, an Adam step's temporaries).
-    pairs = agents * settings.batch_size
-    vectors = 4 * n1 + num_assets + 3 + (n1 + num_assets if config.env.execution_delay else 0)
-    batch = FLOAT_BYTES * pairs * vectors + INDEX_BYTES * (2 * pairs + popsize * settings.batch_size)
-    if shape.tradable_mask:
-        batch += 3 * pairs * num_assets
-    if settings.algorithm == "td3" and settings.gamma > 0:
-        batch += FLOAT_BYTES * n1 * settings.batch_size * (popsize + agents)
-    measured = update_working_bytes(config, agents=agents, num_assets=num_assets, window=window)
-    update = batch + measured + weight_casts
+    # One update of the update phase, measured on the parts (``measure``), and with a bf16 encoder its weights' copies.
+    update = measured.update + weight_casts
     return {"rollout": rollout_bytes, "validation": validation_bytes, "evolution": evolution, "update": update}
 
 

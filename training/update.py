@@ -104,7 +104,10 @@ class UpdatePhase:
 
     def update(self, actor_step: bool = True) -> dict[str, torch.Tensor]:
         """One batch per agent from the buffer, one update of all agents; the (P,) losses, not summed."""
-        batch = self.buffer.sample(self.generator)
+        return self.update_on(self.buffer.sample(self.generator), actor_step)
+
+    def update_on(self, batch: ReplayBatch, actor_step: bool = True) -> dict[str, torch.Tensor]:
+        """One update of all agents on ``batch`` (the buffer's), its observation noise added first; the (P,) losses."""
         if self.noise is not None:
             self.noise.add_(batch)
         return self.learner.update(batch, actor_step=actor_step)
