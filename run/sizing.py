@@ -7,10 +7,11 @@ below is the storage a run allocates once at start (design invariant 1), or the 
 What the run holds is read off its parts themselves: ``run.parts.build_phases`` builds them on the meta device, where
 tensors have shapes and no memory, and each tensor they reach is counted once (``held_bytes``), whatever the
 algorithm, book or environment. The update phase's working memory is measured the same way, by running one update of
-those parts (``measure``). The other phases' working memory, and the checkpoint's host copies, are counted from the
-shapes the code allocates (``training.rollout``, ``training.evolution``, ``persistence``): running the days on the
-meta device would cost about a second a start. ``tests/run/test_sizing_counts.py`` holds every count against real
-parts and what the profiler sees each phase allocate.
+those parts (``measure``); the rollout and validation report theirs from their blocks of days (``working_bytes`` of
+each: running the days on the meta device would cost about a second a start). Evolution's working memory and the
+checkpoint's host copies are counted from the shapes the code allocates (``training.evolution``, ``persistence``).
+``tests/run/test_sizing_counts.py`` holds every count against real parts and what the profiler sees each phase
+allocate.
 
 Not counted: the market, which is loaded before the check (the free figure already excludes it, and on CUDA the
 context it created), and Python's own objects.
@@ -38,7 +39,6 @@ from environment.observation import window_size
 from models.learner import Learner
 from run.parts import build_phases
 from runtime.sharding import Ranks, Sharding
-from training import rollout as rollout_module
 from utils.errors import ConfigError
 from utils.telemetry import format_bytes
 
@@ -163,6 +163,9 @@ class Measured(NamedTuple):
     update: int
     """The most bytes one update of the update phase allocates at once on top of what the parts hold: its batch's
     draw and gather, the observation noise, the learner's losses, backward passes, clips, Adam steps and averages."""
+    days: tuple[tuple[str, int], ...]
+    """The most bytes the rollout and validation allocate at once, by phase, as each reports it from its blocks of
+    days (``working_bytes``)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -200,7 +203,8 @@ def measure(config: Config, shape: RunShape) -> Measured:
         # meta build's would take host memory of that size.
         drawn = torch.zeros(buffer.sample_shape, dtype=torch.long, device="meta")
         parts.update_phase.update_on(buffer.gather(buffer.share.mine(drawn)))  # the learner's update with every part
-    return Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors, update.peak)
+    days = (("rollout", parts.rollouts.working_bytes()), ("validation", parts.validation.working_bytes()))
+    return Measured(tuple(held.items()), LearnerValues.of(parts.population.learner), buffer_tensors, update.peak, days)
 
 
 def held_bytes(config: Config, shape: RunShape) -> dict[str, int]:
@@ -330,10 +334,8 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     """The memory each phase of a generation allocates and releases, in one of ``shape.processes`` (by ``PHASES`` key)
     on a device of ``shape.device``'s type (its blocks of days are sized by it, ``training.rollout.BLOCK_BYTES``).
     Random draws are made for the whole population on every process (``runtime.sharding``), so they count all P."""
-    model, rollout = config.model, config.rollout
-    popsize, num_assets, processes = config.evolution.popsize, shape.num_assets, shape.processes
+    model, popsize, processes = config.model, config.evolution.popsize, shape.processes
     agents = shape.agents(popsize)
-    episodes, n1 = rollout.episodes, num_assets + 1
     window = shape.window(config)
     measured = measure(config, shape)
     values = measured.learner
@@ -341,21 +343,10 @@ def working_bytes(config: Config, shape: RunShape) -> dict[str, int]:
     # bf16 copies of an encoder's weights, cached by autocast for one forward
     weight_casts = agents * (window + model.embedding) * model.encoder_hidden * BF16_BYTES if model.bf16_encoder else 0
 
-    # A block of days (training.rollout): its windows' part for every day of the block (the encoder's activations
-    # and the heads' features), held while the block's days decide; each day then the heads' hidden layers, the
-    # exploration noise drawn for all P (rows kept), the logits, their sum and softmax, and the environment's step
-    # (target * relatives, next weights, a weights clone).
-    def block_bytes(rows: int, episodes: int, days: int) -> int:
-        per_day = rollout_module.block_bytes_per_day(model, agents=rows, episodes=episodes, assets=num_assets)
-        longest = max(rollout_module.block_lengths(days, bytes_per_day=per_day, device=shape.device))
-        day = FLOAT_BYTES * rows * episodes * (2 * num_assets * model.head_hidden + 2 * model.head_hidden)
-        return per_day * longest + day
-
-    step_vectors = FLOAT_BYTES * n1 * episodes * (popsize + 8 * agents)
-    rollout_bytes = block_bytes(agents, episodes, config.env.episode_days) + step_vectors + weight_casts
-    validation_bytes = (
-        block_bytes(agents + 1, 1, config.data.validation_days) + FLOAT_BYTES * n1 * 8 * (agents + 2) + weight_casts
-    )
+    # The days' phases as each reports itself from its blocks (training.rollout), and with a bf16 encoder its weights'
+    # copies.
+    days = dict(measured.days)
+    rollout_bytes, validation_bytes = days["rollout"] + weight_casts, days["validation"] + weight_casts
 
     # Offspring rows gathered, blended and mutated one tensor at a time; mutation draws normal and uniform values
     # for all P. Several processes first fetch the donors' rows that others hold and concatenate them to their own:

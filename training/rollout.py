@@ -55,6 +55,15 @@ def block_bytes_per_day(model: ModelConfig, *, agents: int, episodes: int, asset
     )
 
 
+def days_bytes(model: ModelConfig, *, rows: int, episodes: int, assets: int, block: int) -> int:
+    """The most bytes a phase of days allocates at once for its decisions, ``rows`` actors' on ``episodes`` episodes:
+    one block's windows' part (``block`` days of ``block_bytes_per_day``), held while its days decide (never two
+    blocks' at once), and one day's heads' hidden layers."""
+    per_day = block_bytes_per_day(model, agents=rows, episodes=episodes, assets=assets)
+    day = FLOAT_BYTES * rows * episodes * (2 * assets * model.head_hidden + 2 * model.head_hidden)
+    return per_day * block + day
+
+
 def block_lengths(days: int, *, bytes_per_day: int, device: torch.device | str) -> list[int]:
     """``days`` cut into as few nearly equal blocks as keep each block's windows' part within the ``device``'s
     ``BLOCK_BYTES``."""
@@ -324,6 +333,16 @@ class Rollouts:
         self.buffer.commit(self.population.popsize * self.stored_episodes * self.env.episode_days)
         return self.env.rewards_per_episode
 
+    def working_bytes(self) -> int:
+        """The most bytes a rollout allocates at once on top of what it holds: its decisions' (``days_bytes``), and
+        each day's exploration noise drawn for all P, the logits, their softmax and the environment's step vectors."""
+        actor, env = self.population.actor, self.env
+        assets = env.market.num_assets
+        decisions = days_bytes(
+            actor.widths, rows=actor.popsize, episodes=env.num_episodes, assets=assets, block=max(self.blocks)
+        )
+        return decisions + FLOAT_BYTES * (assets + 1) * env.num_episodes * (self.population.popsize + 8 * actor.popsize)
+
     def fitness_of(self, rewards: torch.Tensor) -> torch.Tensor:
         """(P, E, D) rewards -> (P,) fitness of the agents held here, from the noise-free episodes."""
         returns_per_episode = episode_returns(rewards)  # (P, E)
@@ -393,6 +412,16 @@ class Validation:
         self.env.reset(self.starts)
         self.graphed()
         return self.env.rewards_per_episode.flatten(1)
+
+    def working_bytes(self) -> int:
+        """The most bytes a validation allocates at once on top of what it holds: its decisions' (``days_bytes``), and
+        each day's logits, softmax and the environment's step vectors."""
+        acting, env = self.acting, self.env
+        assets = env.market.num_assets
+        decisions = days_bytes(
+            acting.widths, rows=acting.popsize, episodes=env.num_episodes, assets=assets, block=max(self.blocks)
+        )
+        return decisions + FLOAT_BYTES * (assets + 1) * 8 * env.num_agents * env.num_episodes
 
     @torch.no_grad()
     def _days(self, work: Callable[[], None]) -> None:
