@@ -152,7 +152,7 @@ class LearnerValues(NamedTuple):
 
 
 class Measured(NamedTuple):
-    """What one process's parts hold, read off them (``measure``)."""
+    """What one process's parts hold, and what its phases allocate at once, read off them (``measure``)."""
 
     held: tuple[tuple[str, int], ...]
     """Bytes by item, each tensor counted once, in the first item that reaches it."""

@@ -55,13 +55,14 @@ def block_bytes_per_day(model: ModelConfig, *, agents: int, episodes: int, asset
     )
 
 
-def days_bytes(model: ModelConfig, *, rows: int, episodes: int, assets: int, block: int) -> int:
-    """The most bytes a phase of days allocates at once for its decisions, ``rows`` actors' on ``episodes`` episodes:
-    one block's windows' part (``block`` days of ``block_bytes_per_day``), held while its days decide (never two
-    blocks' at once), and one day's heads' hidden layers."""
+def days_bytes(actor: Actor, env: VectorPortfolioEnv, blocks: list[int]) -> int:
+    """The most bytes a phase of days allocates at once for the decisions of ``actor``'s rows on ``env``'s episodes:
+    its longest block's windows' part (``block_bytes_per_day``), held while its days decide (never two blocks' at
+    once), and one day's heads' hidden layers."""
+    rows, episodes, assets, model = actor.popsize, env.num_episodes, env.market.num_assets, actor.widths
     per_day = block_bytes_per_day(model, agents=rows, episodes=episodes, assets=assets)
     day = FLOAT_BYTES * rows * episodes * (2 * assets * model.head_hidden + 2 * model.head_hidden)
-    return per_day * block + day
+    return per_day * max(blocks) + day
 
 
 def block_lengths(days: int, *, bytes_per_day: int, device: torch.device | str) -> list[int]:
@@ -337,11 +338,10 @@ class Rollouts:
         """The most bytes a rollout allocates at once on top of what it holds: its decisions' (``days_bytes``), and
         each day's exploration noise drawn for all P, the logits, their softmax and the environment's step vectors."""
         actor, env = self.population.actor, self.env
-        assets = env.market.num_assets
-        decisions = days_bytes(
-            actor.widths, rows=actor.popsize, episodes=env.num_episodes, assets=assets, block=max(self.blocks)
+        steps = (
+            FLOAT_BYTES * (env.market.num_assets + 1) * env.num_episodes * (self.population.popsize + 8 * actor.popsize)
         )
-        return decisions + FLOAT_BYTES * (assets + 1) * env.num_episodes * (self.population.popsize + 8 * actor.popsize)
+        return days_bytes(actor, env, self.blocks) + steps
 
     def fitness_of(self, rewards: torch.Tensor) -> torch.Tensor:
         """(P, E, D) rewards -> (P,) fitness of the agents held here, from the noise-free episodes."""
@@ -416,12 +416,9 @@ class Validation:
     def working_bytes(self) -> int:
         """The most bytes a validation allocates at once on top of what it holds: its decisions' (``days_bytes``), and
         each day's logits, softmax and the environment's step vectors."""
-        acting, env = self.acting, self.env
-        assets = env.market.num_assets
-        decisions = days_bytes(
-            acting.widths, rows=acting.popsize, episodes=env.num_episodes, assets=assets, block=max(self.blocks)
-        )
-        return decisions + FLOAT_BYTES * (assets + 1) * 8 * env.num_agents * env.num_episodes
+        env = self.env
+        steps = FLOAT_BYTES * (env.market.num_assets + 1) * 8 * env.num_agents * env.num_episodes
+        return days_bytes(self.acting, env, self.blocks) + steps
 
     @torch.no_grad()
     def _days(self, work: Callable[[], None]) -> None:
