@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from config import EnvConfig
 from environment.book import LONG_ONLY, Book
 from environment.kernel import drift, equal_tradable_weights, trade
 from environment.market import Market, first_decision
@@ -118,6 +119,23 @@ class VectorPortfolioEnv:
             self.fees_per_episode = torch.zeros_like(self.rewards_per_episode)
             self.impact_per_episode = torch.zeros_like(self.rewards_per_episode)
             self.held_per_episode = torch.zeros(num_agents, num_episodes, episode_days, n + 1, device=device)
+
+    @classmethod
+    def from_config(
+        cls, market: Market, env: EnvConfig, *, num_agents: int, num_episodes: int, episode_days: int
+    ) -> VectorPortfolioEnv:
+        """The environment a run's ``EnvConfig`` describes (its lookback, costs, delay and book) for ``num_agents``
+        rows on ``num_episodes`` episodes of ``episode_days`` days."""
+        return cls(
+            market,
+            num_agents=num_agents,
+            num_episodes=num_episodes,
+            episode_days=episode_days,
+            lookback=env.lookback,
+            cost_rate=env.cost_rate,
+            execution_delay=env.execution_delay,
+            book=Book.from_env(env),
+        )
 
     @property
     def step_index(self) -> int:

@@ -33,7 +33,6 @@ import pandas as pd
 import torch
 
 from config import conventions, describe_conventions, override
-from environment.book import Book
 from environment.loading import load_market
 from environment.market import Market, first_decision
 from environment.vector_env import VectorPortfolioEnv
@@ -178,16 +177,8 @@ def next_orders(champion: ChampionActor, market: Market, *, since: str | None, h
         start = market.dates.index(since)
     if start < env_config.lookback - 1:  # its first window would reach before the data
         raise InputError(f"--since {market.dates[start]} is before the first day a decision can be made there")
-    book = Book.from_env(env_config)
-    env = VectorPortfolioEnv(
-        padded(market, delay + 1),
-        num_agents=1,
-        num_episodes=1,
-        episode_days=last - start + 1,
-        lookback=env_config.lookback,
-        cost_rate=env_config.cost_rate,
-        execution_delay=delay,
-        book=book,
+    env = VectorPortfolioEnv.from_config(
+        padded(market, delay + 1), env_config, num_agents=1, num_episodes=1, episode_days=last - start + 1
     )
     obs = env.reset(torch.tensor([start]))
     for _ in range(last - start):  # the decisions before the last, traded as the run trades

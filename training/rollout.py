@@ -23,7 +23,6 @@ from collections.abc import Callable
 import torch
 
 from config import Config, ModelConfig
-from environment.book import Book
 from environment.kernel import equal_weights
 from environment.market import Market, first_decision
 from environment.observation import window_size
@@ -276,15 +275,8 @@ class Rollouts:
         rollout, evolution = config.rollout, config.evolution
         self.population, self.buffer = population, buffer
         agents, episodes = sharding.share.agents, rollout.episodes
-        self.env = VectorPortfolioEnv(
-            market,
-            num_agents=agents,
-            num_episodes=episodes,
-            episode_days=config.env.episode_days,
-            lookback=config.env.lookback,
-            cost_rate=config.env.cost_rate,
-            execution_delay=config.env.execution_delay,
-            book=Book.from_env(config.env),
+        self.env = VectorPortfolioEnv.from_config(
+            market, config.env, num_agents=agents, num_episodes=episodes, episode_days=config.env.episode_days
         )
         # Learning episodes fill the replay buffer; fitness episodes trade days it never holds (training.fitness).
         self.episode_starts = training_starts(config, market)
@@ -378,15 +370,8 @@ class Validation:
         starts = [first_decision(validation, config.env.execution_delay)] if starts is None else starts
         days = len(validation) if days is None else days
         self.starts = torch.tensor(starts, device=market.device)  # (E,)
-        self.env = VectorPortfolioEnv(
-            market,
-            num_agents=agents + 2,
-            num_episodes=len(starts),
-            episode_days=days,
-            lookback=config.env.lookback,
-            cost_rate=config.env.cost_rate,
-            execution_delay=config.env.execution_delay,
-            book=Book.from_env(config.env),
+        self.env = VectorPortfolioEnv.from_config(
+            market, config.env, num_agents=agents + 2, num_episodes=len(starts), episode_days=days
         )
         size = window_size(config.env.lookback, market.num_features)
         with torch.device(market.device):  # made where it lives (filled from the population at each validation)

@@ -135,6 +135,20 @@ def test_vector_env_reset_starts_in_cash_and_reuses_its_arrays(market):
     assert env.rewards_per_episode.abs().sum() == 0
 
 
+def test_an_environment_from_a_config_trades_as_its_env_section_says(market):
+    """``from_config`` reads every trading setting of the run's ``env`` section: its lookback, costs, delay and
+    book (a long-short book at a cadence here, none of them a default)."""
+    from config import override, preset
+    from environment.book import Book
+
+    settings = {"env.lookback": 7, "env.cost_rate": 0.0025, "env.execution_delay": 2}
+    env_config = override(preset("smoke"), {**settings, "env.book": "long_short", "env.rebalance_every": 3}).env
+    env = VectorPortfolioEnv.from_config(market, env_config, num_agents=3, num_episodes=2, episode_days=9)
+    assert (env.num_agents, env.num_episodes, env.episode_days) == (3, 2, 9)
+    assert (env.gatherer.lookback, env.cost_rate, env.execution_delay) == (7, 0.0025, 2)
+    assert env.book == Book.from_env(env_config) and env.book.long_short and env.book.rebalance_every == 3
+
+
 def test_a_blocks_observation_holds_each_days_windows(market):
     """``observe_block`` gathers the market's part of the next days of every episode at once, episode by episode:
     day k's windows are what ``observe`` gives after k steps; the weights, not known yet, are left out."""
